@@ -1,0 +1,216 @@
+"""The clock: the three models that set every time stamp (DESIGN.md §2).
+
+- speech: when each recogniser update of the user's words arrives;
+- tools: how long each call takes and whether it fails (``LatencyModel`` on each tool schema);
+- agent compute: how long the agent takes to read new events and to emit an action, from a device profile.
+
+The generator and the runtime both use these functions, so a generated timeline is what the runtime would
+have produced under the same seed. Nothing here reads the wall clock.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from pydantic import ConfigDict
+
+from clocktune.timeline.events import LatencyModel
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+@dataclass
+class SpeechConfig:
+    """How users speak and how the recogniser reports it.
+
+    Args:
+        words_per_s: Mean speaking rate over users (conversational speech is about 3 words/s).
+        words_per_s_sd: Spread of the rate between users.
+        word_jitter: Relative spread of single word durations.
+        pause_prob: Probability of a pause after a word.
+        pause_min_s: Shortest pause.
+        pause_max_s: Longest pause.
+        chunk_words_min: Fewest words in one recogniser update.
+        chunk_words_max: Most words in one recogniser update.
+        recognizer_lag_s: Delay between the end of a word and the update that contains it.
+        revision_rate: Probability that an update is a wrong partial that a later update revises.
+        revision_delay_s: Delay between a wrong partial and its revision.
+        start_min_s: Earliest start of the first utterance.
+        start_max_s: Latest start of the first utterance.
+        turn_gap_min_s: Shortest gap between the agent's answer and the user's next utterance.
+        turn_gap_max_s: Longest such gap.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    words_per_s: float = 3.0
+    words_per_s_sd: float = 0.4
+    word_jitter: float = 0.25
+    pause_prob: float = 0.08
+    pause_min_s: float = 0.15
+    pause_max_s: float = 0.6
+    chunk_words_min: int = 1
+    chunk_words_max: int = 3
+    recognizer_lag_s: float = 0.12
+    revision_rate: float = 0.05
+    revision_delay_s: float = 0.25
+    start_min_s: float = 0.2
+    start_max_s: float = 0.8
+    turn_gap_min_s: float = 0.8
+    turn_gap_max_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.words_per_s <= 0:
+            raise ValueError(f"speech.words_per_s must be positive, got {self.words_per_s}")
+        if not 1 <= self.chunk_words_min <= self.chunk_words_max:
+            raise ValueError("speech needs 1 <= chunk_words_min <= chunk_words_max")
+
+
+@dataclass(slots=True)
+class SpeechChunk:
+    """One recogniser update: ``words[start:end]`` of the utterance, heard at ``t``.
+
+    ``garbled`` marks a wrong partial whose text differs from the words; the next chunk revises it.
+    """
+
+    t: float
+    text: str
+    start: int
+    end: int
+    final: bool
+    garbled: bool = False
+
+
+def speaker_rate(config: SpeechConfig, rng: random.Random) -> float:
+    """Draws one user's speaking rate in words per second (kept within 40-160% of the mean)."""
+    rate = rng.gauss(config.words_per_s, config.words_per_s_sd)
+    return min(max(rate, 0.4 * config.words_per_s), 1.6 * config.words_per_s)
+
+
+def _garble(word: str) -> str:
+    # A recogniser's typical slip: a near-homophone, here a truncated or extended word.
+    return word[:-1] if len(word) > 3 else word + "h"
+
+
+def speak(
+    words: list[str], start_s: float, rate: float, config: SpeechConfig, rng: random.Random
+) -> list[SpeechChunk]:
+    """Times an utterance and splits it into recogniser updates.
+
+    Args:
+        words: The utterance.
+        start_s: When the user starts speaking.
+        rate: The user's speaking rate (words/s), from :func:`speaker_rate`.
+        config: Speech model.
+        rng: Random generator for word durations, pauses, chunking and revisions.
+
+    Returns:
+        Updates ordered by time; the last is final. A garbled partial is followed by its revision.
+    """
+    ends, t = [], start_s
+    for _ in words:
+        t += (1.0 / rate) * rng.uniform(1 - config.word_jitter, 1 + config.word_jitter)
+        ends.append(t)
+        if rng.random() < config.pause_prob:
+            t += rng.uniform(config.pause_min_s, config.pause_max_s)
+    chunks, start, last_t = [], 0, start_s
+    while start < len(words):
+        end = min(len(words), start + rng.randint(config.chunk_words_min, config.chunk_words_max))
+        # A revision delays the updates after it: the recogniser reports in order.
+        t = last_t = max(ends[end - 1] + config.recognizer_lag_s, last_t)
+        final = end == len(words)
+        text = " ".join(words[start:end])
+        if not final and rng.random() < config.revision_rate:
+            garbled = " ".join(words[start : end - 1] + [_garble(words[end - 1])])
+            chunks.append(SpeechChunk(t, garbled, start, end, False, garbled=True))
+            t = last_t = t + config.revision_delay_s
+        chunks.append(SpeechChunk(t, text, start, end, final))
+        start = end
+    return chunks
+
+
+@dataclass
+class ToolLatencyConfig:
+    """Defaults applied to every tool's latency model; each tool keeps its own median, scaled here.
+
+    Args:
+        median_scale: Multiplies every tool's median latency (1.0 keeps medians around 600 ms).
+        sigma: Log-space spread of the lognormal body.
+        tail_prob: Probability of a slow call.
+        tail_scale: Largest slowdown of a slow call.
+        failure_rate: Probability that a call fails.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    median_scale: float = 1.0
+    sigma: float = 0.45
+    tail_prob: float = 0.05
+    tail_scale: float = 4.0
+    failure_rate: float = 0.0
+
+    def apply(self, median_s: float) -> LatencyModel:
+        """Returns the latency model of a tool whose catalogue median is ``median_s``."""
+        return LatencyModel(
+            median_s=round(median_s * self.median_scale, 3),
+            sigma=self.sigma,
+            tail_prob=self.tail_prob,
+            tail_scale=self.tail_scale,
+            failure_rate=self.failure_rate,
+        )
+
+
+def sample_latency(model: LatencyModel, rng: random.Random) -> float:
+    """Draws one call's latency in seconds: lognormal around the median, times a slowdown for tail calls."""
+    latency = model.median_s * math.exp(rng.gauss(0.0, model.sigma))
+    if rng.random() < model.tail_prob:
+        latency *= rng.uniform(1.0, model.tail_scale)
+    return latency
+
+
+def sample_failure(model: LatencyModel, rng: random.Random) -> bool:
+    """Whether one call fails."""
+    return rng.random() < model.failure_rate
+
+
+@dataclass
+class DeviceProfile:
+    """How fast the agent's model reads and writes on a device.
+
+    Args:
+        name: Profile name.
+        prefill_tokens_per_s: Tokens per second when reading new events into the context.
+        decode_tokens_per_s: Tokens per second when generating an action.
+        action_overhead_s: Fixed cost per action (scheduling, parsing, dispatch).
+    """
+
+    __pydantic_config__ = _STRICT
+
+    name: str = "h200-3b"
+    prefill_tokens_per_s: float = 20000.0
+    decode_tokens_per_s: float = 150.0
+    action_overhead_s: float = 0.01
+
+    def prefill_s(self, tokens: int) -> float:
+        """Seconds to read ``tokens`` new context tokens."""
+        return tokens / self.prefill_tokens_per_s
+
+    def action_s(self, tokens: int) -> float:
+        """Seconds to emit an action of ``tokens`` tokens, overhead included."""
+        return self.action_overhead_s + tokens / self.decode_tokens_per_s
+
+
+# Rough batch-1 figures for a 3B model in bf16 on an H200, a 3B model quantised on a laptop CPU, and the
+# 135M embedded model on a phone. Users with measurements should pass their own profile.
+PROFILES: dict[str, DeviceProfile] = {
+    "h200-3b": DeviceProfile("h200-3b", 20000.0, 150.0, 0.01),
+    "laptop-cpu-3b": DeviceProfile("laptop-cpu-3b", 400.0, 20.0, 0.03),
+    "phone-135m": DeviceProfile("phone-135m", 800.0, 40.0, 0.05),
+}
+
+
+def estimate_tokens(text: str) -> int:
+    """Token count of ``text`` for the compute model (about four characters per token, as BPE vocabularies give)."""
+    return 2 + len(text) // 4

@@ -1,0 +1,197 @@
+"""The timeline: one streaming dialogue as a header plus time-ordered events (DESIGN.md §1).
+
+The in-memory form is plain dataclasses so the generator can build thousands of timelines per second.
+Parsing, validation of types and the JSON Schema go through pydantic ``TypeAdapter`` over these same
+classes (see ``clocktune.timeline.io``), so there is one definition of the format.
+
+On disk, tool arguments, tool results, schemas and backend states are JSON strings: their shapes differ
+per tool, and strings keep the Arrow schema of a ``datasets`` load stable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, ConfigDict, PlainSerializer
+
+EventKind = Literal[
+    "user_chunk", "tool_call", "tool_modify", "tool_cancel", "tool_result", "say", "wait", "commit", "notice"
+]
+Source = Literal["user", "agent", "tool", "system"]
+
+# Which source emits each kind of event; the validator enforces it.
+KIND_SOURCE: dict[str, str] = {
+    "user_chunk": "user",
+    "tool_call": "agent",
+    "tool_modify": "agent",
+    "tool_cancel": "agent",
+    "tool_result": "tool",
+    "say": "agent",
+    "wait": "agent",
+    "commit": "agent",
+    "notice": "system",
+}
+AGENT_KINDS = frozenset(kind for kind, source in KIND_SOURCE.items() if source == "agent")
+
+
+def _parse_json_string(value: Any) -> Any:
+    # Accepts the on-disk JSON string as well as an already-parsed value.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _dump_json_string(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# A JSON value that is stored as a JSON string on disk and held parsed in memory.
+JsonString = Annotated[
+    Any,
+    BeforeValidator(_parse_json_string),
+    PlainSerializer(_dump_json_string, return_type=str | None, when_used="json"),
+]
+JsonObject = Annotated[
+    dict[str, Any],
+    BeforeValidator(_parse_json_string),
+    PlainSerializer(_dump_json_string, return_type=str, when_used="json"),
+]
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+@dataclass(slots=True)
+class LatencyModel:
+    """Latency and failure model of one tool: lognormal body with a heavy tail (DESIGN.md §2).
+
+    Args:
+        median_s: Median latency in seconds.
+        sigma: Log-space standard deviation of the lognormal body.
+        tail_prob: Probability that a call lands in the tail.
+        tail_scale: Multiplier applied to tail latencies (drawn uniformly in ``[1, tail_scale]`` times a body draw).
+        failure_rate: Probability that a call returns an error instead of a result.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    median_s: float = 0.6
+    sigma: float = 0.45
+    tail_prob: float = 0.05
+    tail_scale: float = 4.0
+    failure_rate: float = 0.0
+
+
+@dataclass(slots=True)
+class ToolSchema:
+    """A tool the agent may call.
+
+    Args:
+        name: Function name, unique within the timeline.
+        description: One sentence for the model.
+        parameters: JSON Schema of the arguments object.
+        side_effect: True for state-changing tools, which execute only after ``commit``.
+        latency: How long a call takes and how often it fails.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    name: str
+    description: str
+    parameters: JsonObject
+    side_effect: bool
+    latency: LatencyModel = field(default_factory=LatencyModel)
+
+
+@dataclass(slots=True)
+class GroundTruthCall:
+    """A call that must have executed, with its final, fully resolved arguments."""
+
+    __pydantic_config__ = _STRICT
+
+    name: str
+    arguments: JsonObject
+
+
+@dataclass(slots=True)
+class GroundTruth:
+    """What a correct agent achieves in this dialogue.
+
+    Args:
+        calls: Calls that must execute, in the order the teacher executed them.
+        final_state: Backend state after the dialogue (equal to the initial state when no tool changes it).
+        facts: Strings the final answer of the last turn must contain.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    calls: list[GroundTruthCall] = field(default_factory=list)
+    final_state: JsonObject = field(default_factory=dict)
+    facts: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Event:
+    """One event on the timeline.
+
+    Every event has ``id``, ``t``, ``kind`` and ``source``; the other fields belong to some kinds only and are
+    ``None`` elsewhere (one flat record keeps the on-disk schema identical for all kinds):
+
+    - ``text``: words of a ``user_chunk``, ``say`` or ``notice``.
+    - ``final``: on ``user_chunk``, the last chunk of an utterance; on ``say``, the answer that ends the turn.
+    - ``revises``: on ``user_chunk``, the id of an earlier partial this chunk replaces.
+    - ``call_id``: on ``tool_call``, ``tool_modify``, ``tool_cancel`` and ``tool_result``.
+    - ``name`` and ``arguments``: on ``tool_call`` (and ``arguments`` on ``tool_modify``). An argument value
+      ``{"$ref": "c1"}`` or ``{"$ref": "c1.items.0.id"}`` is the result of call ``c1`` (or a path into it).
+    - ``content`` or ``error``: on ``tool_result``.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    id: str
+    t: float
+    kind: EventKind
+    source: Source
+    text: str | None = None
+    final: bool | None = None
+    revises: str | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: JsonString = None
+    content: JsonString = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class Timeline:
+    """One dialogue: header and events ordered by time.
+
+    Args:
+        id: Unique id of the dialogue.
+        domain: Domain whose tools and backend the dialogue uses.
+        task: Task grammar that produced it (``"dependent"``, ``"compare"``, ...), for analysis.
+        seed: Seed that reproduces this dialogue alone.
+        teacher: Policy that wrote the agent side (``"speculative"`` or ``"sync"``).
+        tools: Tool schemas available to the agent.
+        initial_state: Backend state before the dialogue.
+        ground_truth: What a correct agent achieves.
+        events: Events ordered by ``t``.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    id: str
+    domain: str
+    task: str
+    seed: int
+    teacher: str
+    tools: list[ToolSchema]
+    initial_state: JsonObject
+    ground_truth: GroundTruth
+    events: list[Event]
+
+    def tool(self, name: str) -> ToolSchema | None:
+        """Returns the schema of tool ``name``, or ``None`` when the timeline has no such tool."""
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None

@@ -1,0 +1,267 @@
+"""Semantic validation of timelines: the rules of DESIGN.md §1 that types alone cannot express.
+
+Every problem becomes an :class:`~clocktune.timeline.io.Issue` naming file, line and field; a file is checked
+to the end so that all bad lines are reported at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from functools import lru_cache
+
+import jsonschema
+
+from clocktune.timeline.events import KIND_SOURCE, Event, Timeline
+from clocktune.timeline.io import Issue, iter_timeline_file
+
+# Fields each kind of event must carry (besides id, t, kind, source).
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "user_chunk": ("text", "final"),
+    "tool_call": ("call_id", "name", "arguments"),
+    "tool_modify": ("call_id", "arguments"),
+    "tool_cancel": ("call_id",),
+    "tool_result": ("call_id",),
+    "say": ("text", "final"),
+    "wait": (),
+    "commit": (),
+    "notice": ("text",),
+}
+
+
+def ref_target(value: object) -> str | None:
+    """Returns the call id a ``{"$ref": "c1.path"}`` argument points to, or ``None`` for a literal value."""
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("$ref"), str):
+        return value["$ref"].split(".", 1)[0]
+    return None
+
+
+def iter_refs(arguments: object) -> Iterator[str]:
+    """Yields the call ids referenced anywhere inside an arguments object."""
+    target = ref_target(arguments)
+    if target is not None:
+        yield target
+    elif isinstance(arguments, dict):
+        for value in arguments.values():
+            yield from iter_refs(value)
+    elif isinstance(arguments, list):
+        for value in arguments:
+            yield from iter_refs(value)
+
+
+def _without_refs(arguments: object) -> object:
+    # A reference stands for a value only known at run time: drop it before checking against the schema.
+    if isinstance(arguments, dict):
+        return {key: _without_refs(value) for key, value in arguments.items() if ref_target(value) is None}
+    if isinstance(arguments, list):
+        return [_without_refs(value) for value in arguments if ref_target(value) is None]
+    return arguments
+
+
+@lru_cache(maxsize=4096)
+def _validator(schema_json: str) -> jsonschema.protocols.Validator:
+    import json
+
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema)
+
+
+def argument_errors(parameters: dict, arguments: dict, allow_refs: bool) -> list[tuple[str, str]]:
+    """Checks call arguments against a tool's parameter schema.
+
+    Args:
+        parameters: JSON Schema of the tool's arguments.
+        arguments: Arguments of one call.
+        allow_refs: Whether ``$ref`` values stand in for required arguments (true for calls, false for
+            ground truth, whose arguments are resolved).
+
+    Returns:
+        ``(field, message)`` pairs, ``field`` relative to the arguments object; empty when valid.
+    """
+    import json
+
+    validator = _validator(json.dumps(parameters, sort_keys=True))
+    checked = arguments
+    if allow_refs:
+        checked = _without_refs(arguments)
+    errors = []
+    for error in validator.iter_errors(checked):
+        if allow_refs and error.validator == "required":
+            missing = error.message.split("'")[1] if "'" in error.message else ""
+            if missing in arguments and ref_target(arguments[missing]) is not None:
+                continue
+        field = ".".join(str(part) for part in error.absolute_path)
+        errors.append((field, error.message))
+    return errors
+
+
+def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 0) -> list[Issue]:
+    """Checks one timeline against the rules of the format.
+
+    Rules: times are non-negative and non-decreasing; event ids are unique; each kind comes from its source and
+    carries its fields; every utterance ends with exactly one final chunk and revisions point back into it;
+    calls name known tools with arguments matching their schemas and references to earlier calls; modifies
+    and cancels address open calls (issued, not cancelled, and for state-changing tools not yet executed);
+    results answer issued, uncancelled calls after them, and state-changing calls only after a ``commit``;
+    ``commit`` only comes when the user has finished speaking; ground truth names known tools with valid,
+    resolved arguments.
+
+    Args:
+        timeline: The timeline to check.
+        path: File name for the issues.
+        line: Line number for the issues.
+
+    Returns:
+        All issues found; empty when the timeline is valid.
+    """
+    issues: list[Issue] = []
+
+    def report(field: str, message: str) -> None:
+        issues.append(Issue(path, line, field, message))
+
+    tools = {tool.name: tool for tool in timeline.tools}
+    if len(tools) != len(timeline.tools):
+        report("tools", "tool names are not unique")
+
+    seen_ids: set[str] = set()
+    previous_t = 0.0
+    # Call bookkeeping: name per call id, and the calls still open.
+    call_names: dict[str, str] = {}
+    call_times: dict[str, float] = {}
+    open_calls: set[str] = set()
+    cancelled: set[str] = set()
+    executed: set[str] = set()  # state-changing calls released by a commit
+    awaiting_result: set[str] = set()
+    dependents: dict[str, list[str]] = {}
+    utterance_chunks: set[str] = set()
+    in_utterance = False
+    for index, event in enumerate(timeline.events):
+        where = f"events.{index}"
+        if event.id in seen_ids:
+            report(f"{where}.id", f"duplicate event id {event.id!r}")
+        seen_ids.add(event.id)
+        if event.t < previous_t:
+            report(f"{where}.t", f"time goes backwards: {event.t} after {previous_t}")
+        elif event.t < 0:
+            report(f"{where}.t", f"negative time {event.t}")
+        previous_t = max(previous_t, event.t)
+        if KIND_SOURCE[event.kind] != event.source:
+            report(f"{where}.source", f"{event.kind} comes from {KIND_SOURCE[event.kind]}, not {event.source}")
+        missing = [name for name in REQUIRED_FIELDS[event.kind] if getattr(event, name) is None]
+        for name in missing:
+            report(f"{where}.{name}", f"{event.kind} needs {name}")
+        if missing:
+            continue
+        _check_event(event, where, report, tools, call_names, call_times, open_calls, cancelled, executed)
+        if event.kind == "user_chunk":
+            if event.revises is not None and event.revises not in utterance_chunks:
+                report(f"{where}.revises", f"revises {event.revises!r}, not an earlier chunk of this utterance")
+            in_utterance = not event.final
+            utterance_chunks = set() if event.final else utterance_chunks | {event.id}
+        elif event.kind == "commit":
+            if in_utterance:
+                report(f"{where}.kind", "commit while the user is still speaking")
+        elif event.kind == "tool_call":
+            awaiting_result.add(event.call_id)
+            for target in set(iter_refs(event.arguments)):
+                dependents.setdefault(target, []).append(event.call_id)
+        elif event.kind == "tool_modify":
+            # A modified call runs again, and so does every call that consumes its result.
+            stack = [event.call_id]
+            while stack:
+                call_id = stack.pop()
+                if call_id not in awaiting_result:
+                    awaiting_result.add(call_id)
+                    stack.extend(dependents.get(call_id, []))
+        elif event.kind == "tool_result":
+            if event.call_id in call_names and event.call_id not in awaiting_result:
+                report(f"{where}.call_id", f"second result for {event.call_id!r} without a modify in between")
+            awaiting_result.discard(event.call_id)
+            if (event.content is None) == (event.error is None):
+                report(f"{where}.content", "a result carries exactly one of content and error")
+        elif event.kind == "tool_cancel":
+            awaiting_result.discard(event.call_id)
+    if in_utterance:
+        report(f"events.{len(timeline.events) - 1}", "the last utterance has no final chunk")
+
+    for index, call in enumerate(timeline.ground_truth.calls):
+        where = f"ground_truth.calls.{index}"
+        if call.name not in tools:
+            report(f"{where}.name", f"unknown tool {call.name!r}")
+            continue
+        for field, message in argument_errors(tools[call.name].parameters, call.arguments, allow_refs=False):
+            report(f"{where}.arguments{'.' + field if field else ''}", message)
+    return issues
+
+
+def _check_event(event: Event, where, report, tools, call_names, call_times, open_calls, cancelled, executed) -> None:
+    kind = event.kind
+    if kind == "tool_call":
+        if event.call_id in call_names:
+            report(f"{where}.call_id", f"call id {event.call_id!r} already used")
+            return
+        if event.name not in tools:
+            report(f"{where}.name", f"unknown tool {event.name!r}")
+            return
+        call_names[event.call_id] = event.name
+        call_times[event.call_id] = event.t
+        open_calls.add(event.call_id)
+        _check_arguments(event, where, report, tools[event.name].parameters, call_names)
+    elif kind in ("tool_modify", "tool_cancel"):
+        if event.call_id not in open_calls:
+            state = "cancelled" if event.call_id in cancelled else "executed" if event.call_id in executed else None
+            reason = f"is {state}" if state else "was never issued"
+            report(f"{where}.call_id", f"{kind} of {event.call_id!r}, which {reason}")
+            return
+        if kind == "tool_cancel":
+            open_calls.discard(event.call_id)
+            cancelled.add(event.call_id)
+        else:
+            if event.name is not None and event.name != call_names[event.call_id]:
+                report(f"{where}.name", f"a modify cannot change the tool ({call_names[event.call_id]!r})")
+            parameters = tools[call_names[event.call_id]].parameters
+            _check_arguments(event, where, report, parameters, call_names)
+    elif kind == "tool_result":
+        if event.call_id not in call_names:
+            report(f"{where}.call_id", f"result for unknown call id {event.call_id!r}")
+        elif event.call_id in cancelled:
+            report(f"{where}.call_id", f"result for cancelled call {event.call_id!r}")
+        elif tools[call_names[event.call_id]].side_effect and event.call_id not in executed:
+            report(f"{where}.call_id", f"result for state-changing call {event.call_id!r} before its commit")
+    elif kind == "commit":
+        # A commit executes every open state-changing call; executed calls can no longer change.
+        for call_id in list(open_calls):
+            if tools[call_names[call_id]].side_effect:
+                open_calls.discard(call_id)
+                executed.add(call_id)
+
+
+def _check_arguments(event: Event, where, report, parameters, call_names) -> None:
+    if not isinstance(event.arguments, dict):
+        report(f"{where}.arguments", "arguments must be a JSON object")
+        return
+    for target in iter_refs(event.arguments):
+        if target not in call_names or target == event.call_id:
+            report(f"{where}.arguments", f"$ref to {target!r}, which is not an earlier call")
+    for field, message in argument_errors(parameters, event.arguments, allow_refs=True):
+        report(f"{where}.arguments{'.' + field if field else ''}", message)
+
+
+def validate_file(path: str | os.PathLike) -> tuple[int, list[Issue]]:
+    """Validates every line (or Parquet row) of a timeline file, parsing and semantics both.
+
+    Args:
+        path: A ``.jsonl`` or ``.parquet`` timeline file.
+
+    Returns:
+        ``(number of timelines read, issues)``; issues are sorted by line.
+    """
+    count, issues = 0, []
+    for line_no, item in iter_timeline_file(path):
+        count += 1
+        if isinstance(item, list):
+            issues.extend(item)
+        else:
+            issues.extend(validate_timeline(item, str(path), line_no))
+    return count, issues

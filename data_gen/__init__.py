@@ -1,0 +1,1 @@
+"""Seeded generator of timestamped streaming dialogues with asynchronous tools and speculative calls."""

@@ -1,0 +1,95 @@
+"""Generator configuration: YAML file -> dataclasses, validated by pydantic with the offending field named."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from clocktune.clock import PROFILES, DeviceProfile, SpeechConfig, ToolLatencyConfig
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+@dataclass
+class PlannerConfig:
+    """How the teacher acts on what it has heard.
+
+    Args:
+        threshold: Confidence of the most likely reading at which read-only calls are issued speculatively.
+        early_wrong_rate: Probability that a guess made before the words settle it clears the threshold, so that
+            the teacher calls early and must later modify or cancel.
+        ack_rate: Probability of a short acknowledgement when the user has finished but results are pending.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    threshold: float = 0.6
+    early_wrong_rate: float = 0.35
+    ack_rate: float = 0.3
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"planner.threshold must be in (0, 1), got {self.threshold}")
+
+
+@dataclass
+class GeneratorConfig:
+    """Everything that shapes generated timelines besides the seed.
+
+    Args:
+        speech: Speech and recogniser model.
+        tools: Tool latency and failure model.
+        device: Agent compute profile.
+        planner: Teacher behaviour.
+        domains: Domains to draw from (all when empty), uniformly.
+        no_tool_rate: Share of dialogues that need no tool.
+        teacher: ``speculative`` (acts while the user speaks) or ``sync`` (turn-based baseline).
+    """
+
+    __pydantic_config__ = _STRICT
+
+    speech: SpeechConfig = field(default_factory=SpeechConfig)
+    tools: ToolLatencyConfig = field(default_factory=ToolLatencyConfig)
+    device: DeviceProfile = field(default_factory=lambda: PROFILES["h200-3b"])
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    domains: list[str] = field(default_factory=list)
+    no_tool_rate: float = 0.1
+    teacher: Literal["speculative", "sync"] = "speculative"
+
+
+_ADAPTER = TypeAdapter(GeneratorConfig)
+
+
+def load_config(path: str | Path | None) -> GeneratorConfig:
+    """Reads a generator config from YAML; ``None`` gives the defaults.
+
+    Args:
+        path: A YAML file whose keys are the fields of :class:`GeneratorConfig`.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ValueError: Naming the file and every bad field.
+    """
+    if path is None:
+        return GeneratorConfig()
+    with open(path, encoding="utf-8") as handle:
+        raw = yaml.safe_load(handle) or {}
+    try:
+        return _ADAPTER.validate_python(raw)
+    except ValidationError as error:
+        lines = [
+            f"{path}:{'.'.join(str(part) for part in detail['loc']) or '-'}: {detail['msg']}"
+            for detail in error.errors(include_url=False)
+        ]
+        raise ValueError("invalid generator config:\n" + "\n".join(lines)) from None
+
+
+def config_to_dict(config: GeneratorConfig) -> dict:
+    """The config as plain data (for ``stats.json`` and resume checks)."""
+    return _ADAPTER.dump_python(config, mode="json")
