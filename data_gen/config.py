@@ -28,7 +28,7 @@ class PlannerConfig:
     __pydantic_config__ = _STRICT
 
     threshold: float = 0.6
-    early_wrong_rate: float = 0.35
+    early_wrong_rate: float = 0.6
     ack_rate: float = 0.3
 
     def __post_init__(self) -> None:

@@ -21,12 +21,12 @@ import copy
 import heapq
 import json
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from clocktune.clock import SpeechChunk, estimate_tokens, sample_failure, sample_latency, speak, speaker_rate
 from clocktune.timeline.events import Event, GroundTruth, GroundTruthCall, ToolSchema
+from clocktune.timeline.refs import iter_refs, resolve_refs
 from data_gen.config import GeneratorConfig
 from data_gen.domains.base import Domain, ToolError
 from data_gen.task import Answer, PlannedCall, Reading, Task, Turn
@@ -64,37 +64,8 @@ class _Call:
         return not self.cancelled and not (self.side_effect and self.committed)
 
 
-def resolve_refs(arguments: Any, results: Callable[[str], Any]) -> Any:
-    """Replaces each ``{"$ref": "id.path"}`` in ``arguments`` by the value at ``path`` in result ``id``.
-
-    Args:
-        arguments: Arguments object, possibly nested.
-        results: Returns the result content for a referenced id.
-
-    Returns:
-        The arguments with every reference resolved.
-    """
-    if isinstance(arguments, dict):
-        if len(arguments) == 1 and isinstance(arguments.get("$ref"), str):
-            target, *path = arguments["$ref"].split(".")
-            value = results(target)
-            for part in path:
-                value = value[int(part)] if isinstance(value, list) else value[part]
-            return value
-        return {key: resolve_refs(value, results) for key, value in arguments.items()}
-    if isinstance(arguments, list):
-        return [resolve_refs(value, results) for value in arguments]
-    return arguments
-
-
 def _refs(arguments: Any) -> list[str]:
-    if isinstance(arguments, dict):
-        if len(arguments) == 1 and isinstance(arguments.get("$ref"), str):
-            return [arguments["$ref"].split(".", 1)[0]]
-        return [target for value in arguments.values() for target in _refs(value)]
-    if isinstance(arguments, list):
-        return [target for value in arguments for target in _refs(value)]
-    return []
+    return list(dict.fromkeys(iter_refs(arguments)))
 
 
 def _rekey(arguments: Any, ids: dict[str, str]) -> Any:
@@ -209,7 +180,8 @@ class Simulation:
     def _invalidate_dependents(self, call_id: str) -> None:
         for dependent_id in self._dependents.get(call_id, []):
             dependent = self._calls[dependent_id]
-            if not dependent.cancelled and not dependent.needs_dispatch:
+            # An executed state-changing call is never run again.
+            if not dependent.cancelled and not dependent.needs_dispatch and not dependent.committed:
                 dependent.version += 1
                 dependent.needs_dispatch = True
                 self._invalidate_dependents(dependent_id)
@@ -251,15 +223,16 @@ class Simulation:
     def _decide_speculative(self, turn: Turn) -> tuple[str, dict[str, Any]]:
         reading = self._reading(turn)
         if reading is not None:
-            wanted = {planned.key for planned in reading.calls}
-            for call in self._by_key.values():
-                if call.turn == self._turn and call.open and call.key not in wanted:
-                    return "tool_cancel", {"call": call}
+            # Useful work first, clean-up second: a new or changed call is worth more than an early cancel.
             # State-changing calls are issued too: the executor holds them until the commit.
             for planned in reading.calls:
                 action = self._reconcile(planned)
                 if action is not None:
                     return action
+            wanted = {planned.key for planned in reading.calls}
+            for call in self._by_key.values():
+                if call.turn == self._turn and call.open and call.key not in wanted:
+                    return "tool_cancel", {"call": call}
         if not self._final:
             return "wait", {}
         return self._finish_turn(turn)
@@ -271,6 +244,8 @@ class Simulation:
         call = self._by_key.get(planned.key)
         if call is None:
             return "tool_call", {"planned": planned, "arguments": arguments}
+        if call.name != planned.name and call.open:
+            return "tool_cancel", {"call": call}  # a modify keeps the tool; a different tool is a new call
         if call.arguments != arguments and call.open:
             return "tool_modify", {"call": call, "arguments": arguments}
         return None
@@ -321,7 +296,7 @@ class Simulation:
             )
             self._calls[call_id] = call
             self._by_key[planned.key] = call
-            for target in dict.fromkeys(_refs(arguments)):
+            for target in _refs(arguments):
                 self._dependents.setdefault(target, []).append(call_id)
             self._emit(t, "tool_call", "agent", call_id=call_id, name=planned.name, arguments=arguments)
             self._try_dispatch(call, end)

@@ -121,7 +121,7 @@ class TaskContext:
     rng: random.Random
     state: dict[str, Any]
     threshold: float = 0.6
-    early_wrong_rate: float = 0.3
+    early_wrong_rate: float = 0.6
 
     def utterance(self) -> UtteranceBuilder:
         """Starts a new utterance."""

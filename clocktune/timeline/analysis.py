@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clocktune.timeline.events import Timeline
-from clocktune.timeline.validate import iter_refs
+from clocktune.timeline.refs import iter_refs, resolve_refs
 
 
 @dataclass
@@ -183,3 +183,29 @@ def response_latencies(timeline: Timeline) -> list[float]:
             latencies.append(event.t - end_of_speech)
             end_of_speech = None
     return latencies
+
+
+def executed_calls(timeline: Timeline) -> list[tuple[str, dict]]:
+    """The calls that took effect, in order of their final result, with arguments resolved from the results they
+    referenced: every uncancelled call whose current version returned content (state-changing calls only after
+    their commit).
+
+    Args:
+        timeline: A valid timeline.
+
+    Returns:
+        ``(tool name, resolved arguments)`` pairs.
+    """
+    records = call_records(timeline)
+    done = []
+    for record in records.values():
+        if record.cancelled_t is not None or not record.results:
+            continue
+        t, content, error = record.results[-1]
+        if error is None and t >= record.last_change_t:
+            done.append((t, record))
+    done.sort(key=lambda item: item[0])
+    return [
+        (record.name, resolve_refs(record.arguments, lambda target: records[target].results[-1][1]))
+        for _, record in done
+    ]

@@ -7,13 +7,13 @@ to the end so that all bad lines are reported at once.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from functools import lru_cache
 
 import jsonschema
 
 from clocktune.timeline.events import KIND_SOURCE, Event, Timeline
 from clocktune.timeline.io import Issue, iter_timeline_file
+from clocktune.timeline.refs import iter_refs, ref_target
 
 # Fields each kind of event must carry (besides id, t, kind, source).
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
@@ -27,26 +27,6 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "commit": (),
     "notice": ("text",),
 }
-
-
-def ref_target(value: object) -> str | None:
-    """Returns the call id a ``{"$ref": "c1.path"}`` argument points to, or ``None`` for a literal value."""
-    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("$ref"), str):
-        return value["$ref"].split(".", 1)[0]
-    return None
-
-
-def iter_refs(arguments: object) -> Iterator[str]:
-    """Yields the call ids referenced anywhere inside an arguments object."""
-    target = ref_target(arguments)
-    if target is not None:
-        yield target
-    elif isinstance(arguments, dict):
-        for value in arguments.values():
-            yield from iter_refs(value)
-    elif isinstance(arguments, list):
-        for value in arguments:
-            yield from iter_refs(value)
 
 
 def _without_refs(arguments: object) -> object:
@@ -168,10 +148,11 @@ def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 
                 dependents.setdefault(target, []).append(event.call_id)
         elif event.kind == "tool_modify":
             # A modified call runs again, and so does every call that consumes its result.
+            # An executed state-changing call is not run again.
             stack = [event.call_id]
             while stack:
                 call_id = stack.pop()
-                if call_id not in awaiting_result:
+                if call_id not in awaiting_result and call_id not in executed:
                     awaiting_result.add(call_id)
                     stack.extend(dependents.get(call_id, []))
         elif event.kind == "tool_result":

@@ -506,7 +506,7 @@ def create_with_correction(ctx: TaskContext) -> Task:
 
     u = ctx.utterance()
     u.say(ctx.pick(["", "hey,", "so"]), ctx.pick(["schedule", "add", "put", "book"]), article, title)
-    u.say(_say_day(ctx, wrong_day), "at", _say_hour(ctx, wrong_hour)).reading(
+    u.say(_say_day(ctx, wrong_day), "at", _say_hour(ctx, wrong_hour) + ",").reading(
         [book(wrong_day, wrong_hour)], ctx.confident()
     )
     u.say(ctx.pick(["actually, make it", "sorry, I mean", "no wait,", "actually no,"]))
@@ -533,7 +533,7 @@ def two_turn_scheduling(ctx: TaskContext) -> Task:
         day, hour = _free_hour(ctx, 60)
         verb = ctx.pick(["I need to add", "can you put", "please schedule", "I want to book"])
         first.say(verb, article, title, ctx.pick(["", "on my calendar"]) if verb != "please schedule" else "")
-        turn1 = first.done(calls=[], answer=lambda results: Answer("Sure, for which day and time?"))
+        turn1 = first.done(calls=[], answer=lambda results: Answer("Sure, for which day and time?"), tail=0.3)
         second.say(_say_day(ctx, day), "at", _say_hour(ctx, hour))
         booking = {"title": title, "day": day, "start": f"{hour:02d}:00"}
         second.reading([call("book", "create_event", duration_min=60, **booking)], ctx.confident())
@@ -546,7 +546,7 @@ def two_turn_scheduling(ctx: TaskContext) -> Task:
     else:
         duration = ctx.pick(DURATIONS)
         first.say(ctx.pick(["when am I free for", "I need to find", "can you find me"]), _say_duration(ctx, duration))
-        turn1 = first.done(calls=[], answer=lambda results: Answer("Sure, on which day?"))
+        turn1 = first.done(calls=[], answer=lambda results: Answer("Sure, on which day?"), tail=0.3)
         day = ctx.pick(DAYS)
         second.say(_say_day(ctx, day)).reading(
             [call("free", "find_free_slots", day=day, duration_min=duration)], ctx.confident()
@@ -561,12 +561,12 @@ DOMAIN = Domain(
     initial_state=initial_state,
     execute=execute,
     grammars=[
-        (agenda_lookup, 3.0),
-        (compare_days, 1.5),
-        (book_free_slot, 2.0),
-        (event_by_name, 2.0),
+        (agenda_lookup, 2.0),
+        (compare_days, 3.0),
+        (book_free_slot, 3.0),
+        (event_by_name, 3.0),
         (slot_then_intent, 1.5),
-        (create_with_correction, 1.5),
+        (create_with_correction, 2.5),
         (two_turn_scheduling, 1.5),
     ],
 )

@@ -225,11 +225,11 @@ def _time_words(ctx: TaskContext, time: str) -> str:
     hour, minute = int(time[:2]) - 12, int(time[3:])
     if minute and ctx.rng.random() < 0.3:
         return f"half past {NUMBERS[hour]}"
-    return (f"{hour}:{minute:02d}" if minute else str(hour)) + ctx.pick(["", "pm", " pm", " tonight" * 0])
+    return (f"{hour}:{minute:02d}" if minute else str(hour)) + ctx.pick(["", "pm", " pm"])
 
 
 def _at(ctx: TaskContext, time: str) -> str:
-    return ctx.pick(["at", "at", "around", "for"]) + " " + _time_words(ctx, time)
+    return ctx.pick(["at", "at", "around"]) + " " + _time_words(ctx, time)
 
 
 def _on(ctx: TaskContext, day: str) -> str:
@@ -248,7 +248,7 @@ def _open_slot(ctx: TaskContext, r: dict[str, Any]) -> tuple[str, str, int]:
     while True:
         day, time = ctx.pick(DAYS), ctx.pick(TIMES)
         if day != r["closed_on"] and _taken(ctx.state, r["id"], day, time) < r["tables"]:
-            return day, time, ctx.rng.randint(1, min(6, r["max_party"]))
+            return day, time, ctx.rng.randint(2, min(6, r["max_party"]))
 
 
 def _booked(results: dict[str, Any], key: str) -> Answer:
@@ -294,9 +294,11 @@ def table_lookup(ctx: TaskContext) -> Task:
             return Answer(f"{r['name']} has {listed}.", [d["dish"] for d in dishes])
 
         return Task("lookup", [u.done(answer=menu_answer)])
-    slots = {"day": ctx.pick(DAYS), "time": ctx.pick(TIMES), "party": ctx.rng.randint(1, 8)}
-    u.say(ctx.pick(["is there a table at", "can we get a table at", "does", "any free tables at"]), r["name"])
-    u.say("have a table" if u.words[-len(r["name"].split()) - 1] == "does" else "")
+    slots = {"day": ctx.pick(DAYS), "time": ctx.pick(TIMES), "party": ctx.rng.randint(2, 8)}
+    lead, end = ctx.pick(
+        [("is there a table at", ""), ("can we get a table at", ""), ("does", "have a table"), ("any room at", "")]
+    )
+    u.say(lead, r["name"], end)
     known = {"day": DEFAULT_DAY, "time": DEFAULT_TIME, "party": DEFAULT_PARTY}
     u.reading([_check(r["id"], known["day"], known["time"], known["party"])], ctx.guess())
     order = ["day", "time", "party"]
@@ -328,18 +330,27 @@ def restaurant_compare(ctx: TaskContext) -> Task:
     tool_name, prefix = ("get_menu", "m") if menus else ("get_rating", "g")
     u = ctx.utterance().say(ctx.pick(FILLERS))
     if menus:
-        u.say(ctx.pick(["compare the menus at", "which is cheaper to eat at,", "what's cheaper,"]))
+        lead, joint, end = ctx.pick(
+            [("compare the menus at", "and", ""), ("which is cheaper,", "or", ""), ("is", "or", "cheaper to eat at")]
+        )
     else:
-        u.say(ctx.pick(["which is rated better,", "which has better reviews,", "compare the ratings of", "is"]))
+        options = [
+            ("which is rated better,", ctx.pick(["or", "versus"]), ""),
+            ("which has better reviews,", "or", ""),
+            ("compare the ratings of", ctx.pick(["and", "with"]), ""),
+        ]
+        if len(chosen) == 2:
+            options.append(("is", "or", ctx.pick(["better", "the better one", "rated higher"])))
+        lead, joint, end = ctx.pick(options)
+    u.say(lead)
     calls: list[PlannedCall] = []
     for i, r in enumerate(chosen):
         if i:
-            u.say(ctx.pick(["or", "versus", "and"]) if i == len(chosen) - 1 else "")
+            u.say(joint if i == len(chosen) - 1 else "")
         u.say(r["name"] + ("," if i < len(chosen) - 2 else ""))
         calls.append(call(f"{prefix}{i}", tool_name, restaurant_id=r["id"]))
         u.reading(calls, ctx.unsure() if i == 0 else ctx.confident())
-    if u.words[0 if u.words[0] != "so" else 1] == "is" or "is" in u.words[:3] and not menus:
-        u.say(ctx.pick(["better", "the better one", "rated higher"]))
+    u.say(end)
 
     def answer(results: dict[str, Any]) -> Answer:
         if menus:
@@ -404,7 +415,7 @@ def table_late_intent(ctx: TaskContext) -> Task:
     u = ctx.utterance().say(ctx.pick(FILLERS))
     order = ["day", "time", "party"] if ctx.rng.random() < 0.6 else ["party", "day", "time"]
     _say_slots(ctx, u, {"day": day, "time": time, "party": party}, order)
-    u.say(ctx.pick(["at", "over at", "at the"]) if ctx.rng.random() < 0.5 else "at", r["name"] + ",")
+    u.say(ctx.pick(["at", "at", "over at", ""]), r["name"] + ",")
     u.reading([_check(r["id"], day, time, party)], ctx.guess())
     if ctx.rng.random() < 0.65:
         u.say(ctx.pick(["book it", "can you book that", "reserve a table", "lock that in", "go ahead and book"]))
@@ -442,7 +453,8 @@ def booking_correction(ctx: TaskContext) -> Task:
     elif slot == "day":
         u.say(ctx.pick(["make it", "let's do", "I meant"]), day)
     else:
-        u.say(ctx.pick(["make it", "we'll be", "it's"]), NUMBERS[party], ctx.pick(["people", "of us", ""]))
+        n = NUMBERS[party]
+        u.say(ctx.pick([f"make it {n}", f"make it {n} people", f"we'll be {n}", f"there'll be {n} of us"]))
     u.reading([_book("b", r["id"], day, time, party)], ctx.confident())
     u.say(ctx.pick(["", "instead", "then"]))
     return Task("correction", [u.done(answer=lambda results: _booked(results, "b"))])
@@ -462,7 +474,7 @@ def booking_multi_turn(ctx: TaskContext) -> Task:
         ask = Answer(
             ctx.pick(["Sure, for which day and time?", "What day and time?", "Sure, when would you like it?"])
         )
-        v.say(ctx.pick(["", "um", "let's do", "how about"]))
+        v.say(ctx.pick(["", "um", "let's say", "how about", "hmm,"]))
         if ctx.rng.random() < 0.5:
             v.say(_on(ctx, day)).reading([_book("b", r["id"], day, DEFAULT_TIME, party)], ctx.unsure())
             v.say(_at(ctx, time))
@@ -483,14 +495,13 @@ def cancel_reservation(ctx: TaskContext) -> Task:
     r = ctx.state["restaurants"][res["restaurant_id"]]
     find = call("f", "find_reservations", restaurant_id=r["id"])
     u = ctx.utterance().say(ctx.pick(FILLERS))
-    u.say(
-        ctx.pick(["cancel my reservation at", "please cancel my table at", "I can't make it to", "drop my booking at"])
-    )
-    u.say(r["name"])
     cancel = call("x", "cancel_reservation", reservation_id=ref("f", "results.0.id"))
-    if u.words[-len(r["name"].split()) - 1] == "to":
+    if ctx.rng.random() < 0.3:
+        u.say(ctx.pick(["I can't make it to", "we won't make it to", "turns out we can't go to"]), r["name"])
         u.reading([find], ctx.unsure())
-        u.say(ctx.pick(["anymore, cancel it", "so cancel the reservation", "please cancel"]))
+        u.say(ctx.pick(["anymore, cancel it", "so cancel the reservation", "please cancel", "can you cancel"]))
+    else:
+        u.say(ctx.pick(["cancel my reservation at", "please cancel my table at", "drop my booking at"]), r["name"])
     u.reading([find, cancel], ctx.confident())
 
     def answer(results: dict[str, Any]) -> Answer:
@@ -509,12 +520,12 @@ DOMAIN = Domain(
     initial_state=initial_state,
     execute=execute,
     grammars=[
-        (table_lookup, 3.0),
-        (restaurant_compare, 2.0),
-        (best_place_then_act, 2.0),
+        (table_lookup, 2.0),
+        (restaurant_compare, 3.0),
+        (best_place_then_act, 3.0),
         (table_late_intent, 1.5),
-        (booking_correction, 1.5),
+        (booking_correction, 2.5),
         (booking_multi_turn, 1.5),
-        (cancel_reservation, 1.0),
+        (cancel_reservation, 2.0),
     ],
 )

@@ -6,7 +6,7 @@ import random
 from typing import Any
 
 from data_gen.domains.base import Domain, ToolError, tool
-from data_gen.task import Answer, Task, TaskContext, call
+from data_gen.task import Answer, Task, TaskContext, call, ref
 
 CITIES = (
     "Paris", "Lyon", "Berlin", "Madrid", "Rome", "Boston", "Chicago", "Denver", "Seattle", "Austin",
@@ -142,10 +142,52 @@ def news_then_subscribe(ctx: TaskContext) -> Task:
     return Task("lookup_and_act", [u.done(answer=answer)])
 
 
+def alert_like_forecast(ctx: TaskContext) -> Task:
+    """A forecast, then an alert for whatever it forecasts: the alert's condition is the forecast's result."""
+    city = ctx.pick(list(ctx.state["forecast"]))
+    day = ctx.pick(DAYS[1:])
+    u = ctx.utterance()
+    u.say(ctx.pick(["what's the forecast for", "check the weather for", "how does it look for"]), city, day)
+    lookup = call("w", "get_weather", city=city, day=day)
+    u.reading([lookup], ctx.confident())
+    u.say(ctx.pick(["and set an alert for", "and warn me whenever it's", "then alert me about"]))
+    u.say(ctx.pick(["that", "those conditions", "that kind of weather"]))
+    u.reading(
+        [lookup, call("alert", "set_weather_alert", city=city, condition=ref("w", "conditions"))], ctx.confident()
+    )
+
+    def answer(results: dict[str, Any]) -> Answer:
+        w = results["w"]
+        return Answer(f"{city} {day}: {w['temp_c']} degrees, {w['conditions']}. Alert set.", [str(w["temp_c"])])
+
+    return Task("dependent", [u.done(answer=answer)])
+
+
+def weather_two_turns(ctx: TaskContext) -> Task:
+    """The user asks without a city; the agent asks back, and the city arrives in a second utterance."""
+    city = ctx.pick(list(ctx.state["forecast"]))
+    first = ctx.utterance()
+    first.say(
+        ctx.pick(["", "hey", "so"]), ctx.pick(["what's the weather like", "is it nice out", "how's the weather"])
+    )
+    ask = first.done(calls=[], answer=lambda results: Answer(ctx.pick(["Which city?", "Where are you asking about?"])))
+    second = ctx.utterance()
+    second.say(ctx.pick(["", "um", "oh"]), ctx.pick(["in", "for", "I mean in"]), city)
+    second.reading([call("w", "get_weather", city=city, day="today")], ctx.confident())
+    return Task("multi_turn", [ask, second.done(answer=_weather_answer("w", city))])
+
+
 DOMAIN = Domain(
     name="weather_news",
     tools=TOOLS,
     initial_state=initial_state,
     execute=execute,
-    grammars=[(weather_lookup, 3.0), (weather_compare, 2.0), (alert_with_correction, 1.5), (news_then_subscribe, 1.5)],
+    grammars=[
+        (weather_lookup, 2.0),
+        (weather_compare, 3.0),
+        (alert_with_correction, 2.5),
+        (news_then_subscribe, 1.5),
+        (alert_like_forecast, 3.0),
+        (weather_two_turns, 1.5),
+    ],
 )

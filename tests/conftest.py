@@ -1,0 +1,21 @@
+import os
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+@pytest.fixture(scope="session")
+def generated(tmp_path_factory):
+    """1000 speculative-teacher dialogues (seed 0) and 300 sync-teacher ones, generated once per session."""
+    from data_gen.config import GeneratorConfig
+    from data_gen.generate import generate_dialogue, select_domains
+
+    config = GeneratorConfig()
+    domains = select_domains(config)
+    speculative = [generate_dialogue(i, 0, config, domains) for i in range(1000)]
+    sync_config = GeneratorConfig(teacher="sync")
+    sync = [generate_dialogue(i, 0, sync_config, domains) for i in range(300)]
+    return speculative, sync
