@@ -133,7 +133,7 @@ class Simulation:
     def _start_turn(self, index: int, start_s: float) -> None:
         turn = self.task.turns[index]
         for chunk in speak(turn.words, start_s, self._rate, self.config.speech, self._speech_rng):
-            self._push(chunk.t, "chunk", (index, chunk))
+            self._push(chunk.t, "chunk", chunk)
 
     def _emit(self, t: float, kind: str, source: str, **fields: Any) -> Event:
         event = Event(f"e{len(self.events)}", round(t, 3), kind, source, **fields)
@@ -191,8 +191,7 @@ class Simulation:
     def _ingest(self, t: float, kind: str, payload: Any) -> int:
         """Places an arrival in the agent's context at ``t``; returns its token count for the prefill."""
         if kind == "chunk":
-            _, chunk = payload
-            chunk: SpeechChunk
+            chunk: SpeechChunk = payload
             revises = self._last_chunk_id if self._last_chunk_garbled else None
             event = self._emit(t, "user_chunk", "user", text=chunk.text, final=chunk.final, revises=revises)
             self._last_chunk_id, self._last_chunk_garbled = event.id, chunk.garbled
