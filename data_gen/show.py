@@ -68,11 +68,16 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, words_per_s: float =
 
     records = call_records(timeline)
     rows: list[tuple[str, list[tuple[float, float, str, str]]]] = []
-    user, previous = [], None
+    user, previous, words = [], None, []
     for event in timeline.events:
         if event.kind == "user_chunk":
             start = previous if previous is not None else max(event.t - 0.4, 0.0)
-            user.append((start, event.t - start, "tab:blue", event.text if event.final else ""))
+            words.append(event.text)
+            label = ""
+            if event.final:
+                text = " ".join(words)
+                label, words = (text if len(text) < 60 else text[:57] + "..."), []
+            user.append((start, event.t - start, "tab:red" if event.revises else "tab:blue", label))
             previous = None if event.final else event.t
     rows.append(("user", user))
     end = timeline.events[-1].t if timeline.events else 1.0
@@ -93,11 +98,16 @@ def draw_gantt(timeline: Timeline, path: str | os.PathLike, words_per_s: float =
     rows.append(("agent", agent))
 
     fig, ax = plt.subplots(figsize=(11, 0.5 * len(rows) + 1.5))
-    for y, (_, spans) in enumerate(reversed(rows)):
+    for y, (name, spans) in enumerate(reversed(rows)):
         for start, width, color, label in spans:
-            ax.broken_barh([(start, width)], (y - 0.35, 0.7), color=color)
+            ax.broken_barh([(start, width)], (y - 0.35, 0.7), facecolor=color, edgecolor="white", linewidth=0.8)
             if label:
-                ax.text(start, y + 0.42, label, fontsize=7, va="bottom")
+                # An utterance's words sit at its end, where the final chunk lands; other labels at their start.
+                ax.text(start + width if name == "user" else start, y + 0.42, label, fontsize=7, va="bottom",
+                        ha="right" if name == "user" else "left")  # fmt: skip
+    for event in timeline.events:
+        if event.kind == "user_chunk" and event.final:
+            ax.axvline(event.t, color="gray", linestyle="--", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [name for name, _ in reversed(rows)])
     ax.set_xlabel("time (s)")
     ax.set_title(f"{timeline.id}  {timeline.domain}/{timeline.task}  teacher={timeline.teacher}")

