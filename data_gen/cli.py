@@ -57,6 +57,7 @@ def _expand(paths: list[str]) -> list[Path]:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from clocktune.timeline.validate import validate_file
+    from data_gen.domains import check_ground_truth_state
 
     total, bad_lines, issues_found = 0, 0, 0
     for path in _expand(args.paths):
@@ -65,7 +66,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             issues_found += 1
             continue
         try:
-            count, issues = validate_file(path)
+            count, issues = validate_file(path, check_ground_truth_state)
         except (OSError, UnicodeDecodeError, ValueError) as error:
             print(f"{path}:0:-: cannot read ({error})")
             issues_found += 1

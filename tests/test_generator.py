@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -178,3 +179,17 @@ def test_generator_and_format_import_without_torch():
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ground_truth_state_is_what_its_calls_do_to_the_initial_state(generated):
+    from data_gen.domains import check_ground_truth_state
+
+    for timeline in generated[0] + generated[1]:
+        assert check_ground_truth_state(timeline) == [], timeline.id
+    # A state that the calls do not produce is caught, and so is a call the backend cannot serve.
+    timeline = next(t for t in generated[0] if t.ground_truth.calls)
+    wrong_state = replace(timeline, ground_truth=replace(timeline.ground_truth, final_state={"x": 1}))
+    assert [issue.field for issue in check_ground_truth_state(wrong_state)] == ["ground_truth.final_state"]
+    bad_call = replace(timeline.ground_truth.calls[0], name="no_such_tool")
+    wrong_call = replace(timeline, ground_truth=replace(timeline.ground_truth, calls=[bad_call]))
+    assert [issue.field for issue in check_ground_truth_state(wrong_call)] == ["ground_truth.calls.0"]

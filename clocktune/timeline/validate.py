@@ -7,6 +7,7 @@ to the end so that all bad lines are reported at once.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import lru_cache
 
 import jsonschema
@@ -229,11 +230,14 @@ def _check_arguments(event: Event, where, report, parameters, call_names) -> Non
         report(f"{where}.arguments{'.' + field if field else ''}", message)
 
 
-def validate_file(path: str | os.PathLike) -> tuple[int, list[Issue]]:
+def validate_file(
+    path: str | os.PathLike, extra_check: Callable[[Timeline, str, int], list[Issue]] | None = None
+) -> tuple[int, list[Issue]]:
     """Validates every line (or Parquet row) of a timeline file, parsing and semantics both.
 
     Args:
         path: A ``.jsonl`` or ``.parquet`` timeline file.
+        extra_check: Further rules to apply to each parsed timeline, e.g. replaying ground truth on a backend.
 
     Returns:
         ``(number of timelines read, issues)``; issues are sorted by line.
@@ -245,4 +249,6 @@ def validate_file(path: str | os.PathLike) -> tuple[int, list[Issue]]:
             issues.extend(item)
         else:
             issues.extend(validate_timeline(item, str(path), line_no))
+            if extra_check is not None:
+                issues.extend(extra_check(item, str(path), line_no))
     return count, issues
