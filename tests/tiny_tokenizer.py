@@ -1,0 +1,81 @@
+"""A tiny byte-level BPE tokenizer per model format, trained offline in milliseconds, for tests.
+
+Each one mimics its model family where it matters for rendering: the pre-tokenizer split pattern (Qwen2's and
+Llama 3's regexes, GPT-2's for SmolLM2's ChatML) and the native special tokens of the chat framing.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AddedToken, PreTrainedTokenizerFast
+
+from data_gen.config import GeneratorConfig
+from data_gen.generate import generate_dialogue
+from data_gen.show import format_timeline
+
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+
+# Per format: split pattern (None: GPT-2's byte-level regex), special tokens, other added tokens, eos.
+_FAMILIES = {
+    "qwen2.5": (
+        QWEN_PATTERN,
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"],
+        "<|im_end|>",
+    ),
+    "llama3.2": (
+        LLAMA3_PATTERN,
+        ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+        [],
+        "<|eot_id|>",
+    ),
+    "chatml": (None, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], [], "<|im_end|>"),
+}
+
+
+@lru_cache(maxsize=1)
+def _corpus() -> tuple[str, ...]:
+    config = GeneratorConfig()
+    return tuple(format_timeline(generate_dialogue(i, 7, config)) for i in range(40))
+
+
+def tiny_tokenizer(model_format: str, vocab_size: int = 500) -> PreTrainedTokenizerFast:
+    """Returns a fresh tiny tokenizer for a model format (fresh each call: ``extend_tokenizer`` mutates it).
+
+    Args:
+        model_format: ``"qwen2.5"``, ``"llama3.2"`` or ``"chatml"``.
+        vocab_size: BPE vocabulary size before special tokens.
+
+    Returns:
+        A transformers fast tokenizer with the family's special tokens.
+    """
+    pattern, special, added, eos = _FAMILIES[model_format]
+    tokenizer = Tokenizer(models.BPE())
+    if pattern is None:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=eos)
+    wrapped.add_tokens([AddedToken(token, special=False, normalized=False) for token in added])
+    return wrapped
