@@ -68,8 +68,8 @@ def _actions_help(args_key: str) -> str:
         f"- {CANCEL}<call-id> to drop a pending call\n"
         f"- {SAY}<words> to speak to the user while you keep working\n"
         f"- {ANSWER}<words> for the answer that ends your turn\n"
-        f'- {COMMIT} to confirm your plan once the user has finished; tools with "side_effect": true run only '
-        "after it\n"
+        f"- {COMMIT} to confirm your plan once the user has finished; tools that change state (side effects) run "
+        "only after it\n"
         f"- {WAIT} when there is nothing to do until the next event\n"
         'An argument {"$ref": "<call-id>"} or {"$ref": "<call-id>.<path>"} stands for (part of) that call\'s result.'
     )
@@ -130,8 +130,35 @@ def _llama_system(tools: list[ToolSchema]) -> str:
     )
 
 
+def _type_text(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return "|".join(dumps(value) for value in schema["enum"])
+    return schema.get("type", "any")
+
+
+def tool_signature(tool: ToolSchema) -> str:
+    """One line per tool, about a quarter of the tokens of its JSON schema: ``name(arg: type, opt?: type)``.
+
+    Small models without a tool template of their own (SmolLM2) read these as well as JSON schemas, and the
+    system prompt is most of a short dialogue's tokens.
+
+    Args:
+        tool: The tool schema.
+
+    Returns:
+        The signature, its description, and ``[changes state]`` for tools that run only after a commit.
+    """
+    properties = tool.parameters.get("properties", {})
+    required = set(tool.parameters.get("required", []))
+    arguments = ", ".join(
+        f"{name}{'' if name in required else '?'}: {_type_text(schema)}" for name, schema in properties.items()
+    )
+    state = " [changes state]" if tool.side_effect else ""
+    return f"{tool.name}({arguments}){state}: {tool.description}"
+
+
 def _chatml_system(tools: list[ToolSchema]) -> str:
-    lines = "\n".join(dumps(tool_json(tool)) for tool in tools)
+    lines = "\n".join(tool_signature(tool) for tool in tools)
     return (
         f"{INTRO}\n\nYou can call these tools:\n<tools>\n{lines}\n</tools>\n"
         f'Call a tool with {CALL}{{"name": <function-name>, "arguments": <args-json-object>, "id": <call-id>}}\n\n'
