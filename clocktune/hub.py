@@ -1,0 +1,334 @@
+"""Push trained checkpoints and generated datasets to the Hugging Face Hub, each with a card.
+
+Both pushes go through ``huggingface_hub.HfApi`` (``create_repo(exist_ok=True)`` then one ``upload_folder``), so
+the endpoint and token come from the usual ``HF_ENDPOINT`` / ``HF_TOKEN`` environment. The folder handed to
+``upload_folder`` is a temporary staging folder of symlinks to the chosen files plus the generated ``README.md``:
+the checkpoint or dataset folder itself is never written to, and the card replaces any README already there (PEFT
+and the Trainer write their own) in the same single commit.
+
+What a checkpoint push leaves out: the state that only resumes training (``optimizer.pt``, ``scheduler.pt``,
+``scaler.pt``, ``rng_state*.pth``; together about twice the model's size) and ``training_args.bin`` (a pickle, which
+the Hub flags and which needs clocktune's classes to unpickle). ``trainer_state.json`` is kept: it is small and holds
+the loss curve.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx2
+from huggingface_hub import DatasetCard, DatasetCardData, HfApi, ModelCard, ModelCardData
+from huggingface_hub.errors import HfHubHTTPError
+
+logger = logging.getLogger(__name__)
+
+TAGS = ["clocktune", "real-time-agent", "tool-calling"]
+# Matched against file names: trainer state that only resumes training (see the module docstring), and the README
+# that the generated card replaces.
+SKIPPED_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "training_args.bin", "README.md")
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+# Statuses worth retrying: timeout, rate limit, server errors. Other 4xx (auth, validation) fail the same way again.
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+RETRY_BASE_DELAY_S = 2.0
+RETRY_MAX_DELAY_S = 60.0
+
+_T = TypeVar("_T")
+
+
+def push_checkpoint(
+    checkpoint_dir: str | Path,
+    repo_id: str,
+    *,
+    private: bool = False,
+    merge_lora: bool = False,
+    card_info: Mapping[str, Any] | None = None,
+    revision: str | None = None,
+    max_retries: int = 3,
+) -> str:
+    """Uploads a Trainer checkpoint (full model or PEFT LoRA adapter, with its tokenizer) as a model repo.
+
+    Tokenizer files are uploaded as they are: they carry the clock tokens and the timeline chat template.
+
+    Args:
+        checkpoint_dir: Folder saved by a Trainer: ``config.json`` + safetensors, or ``adapter_config.json`` +
+            ``adapter_model.safetensors``; plus the tokenizer files.
+        repo_id: Target model repo, ``"namespace/name"``; created when missing.
+        private: Create the repo private (an existing repo keeps its visibility).
+        merge_lora: For an adapter checkpoint, merge the LoRA weights into the base model named by
+            ``adapter_config.json`` (loaded with ``from_pretrained``) and upload the plain merged model.
+        card_info: Optional model card facts: ``base_model`` (defaults to the adapter's base), ``dataset`` (repo id
+            or path), ``dataset_stats``, ``clock`` and ``eval`` (flat dicts shown as tables).
+        revision: Branch to push to, created from ``main`` when missing; ``None`` pushes to ``main``.
+        max_retries: Retries of the whole push after a transient error (connection error, HTTP 408/429/5xx),
+            with exponential backoff; other errors are raised at once.
+
+    Returns:
+        URL of the commit that holds the upload.
+
+    Raises:
+        ValueError: When the folder is neither a model nor an adapter checkpoint, or ``merge_lora`` is set for a
+            full model or an adapter whose config names no base model.
+    """
+    checkpoint_dir = Path(checkpoint_dir)
+    info = dict(card_info or {})
+    files = _folder_files(checkpoint_dir)
+    is_adapter = "adapter_config.json" in files
+    if not is_adapter and "config.json" not in files:
+        raise ValueError(f"{checkpoint_dir} holds neither config.json nor adapter_config.json")
+    if merge_lora and not is_adapter:
+        raise ValueError(f"merge_lora=True needs an adapter checkpoint; {checkpoint_dir} holds a full model")
+
+    adapter_base = None
+    if is_adapter:
+        adapter_base = json.loads(files["adapter_config.json"].read_text()).get("base_model_name_or_path")
+    if merge_lora and not adapter_base:
+        raise ValueError(f"{checkpoint_dir / 'adapter_config.json'} names no base_model_name_or_path to merge into")
+    base_model = info.get("base_model") or adapter_base
+    if not is_adapter:
+        weights = "full fine-tune"
+    elif merge_lora:
+        weights = "LoRA adapter merged into the base model's weights"
+    else:
+        weights = "LoRA adapter (PEFT); load it on top of the base model"
+
+    with tempfile.TemporaryDirectory(prefix="clocktune-push-") as tmp:
+        if merge_lora:
+            merged_dir = Path(tmp) / "merged"
+            _merge_adapter(checkpoint_dir, adapter_base, merged_dir)
+            files = {path: src for path, src in files.items() if path not in ADAPTER_FILES}
+            files.update(_folder_files(merged_dir))
+        card = _model_card(
+            repo_id, is_peft=is_adapter and not merge_lora, base_model=base_model, weights=weights, info=info
+        )
+        staging = _stage(files, str(card), Path(tmp) / "repo")
+        return _with_retries(lambda: _upload(staging, repo_id, "model", private, revision), max_retries)
+
+
+def push_dataset(data_dir: str | Path, repo_id: str, *, private: bool = False, max_retries: int = 3) -> str:
+    """Uploads a dataset written by ``clocktune-datagen generate`` as a dataset repo with a dataset card.
+
+    Only a complete dataset is pushed: every shard named by ``train-XXXXX-of-YYYYY``, ``stats.json`` (written last
+    by the generator) and ``generation.json``. Other files in the folder (e.g. temporary files) stay local.
+
+    Args:
+        data_dir: The generator's ``--out`` folder: ``data/train-XXXXX-of-YYYYY.jsonl`` (or ``.parquet``),
+            ``stats.json``, ``generation.json``.
+        repo_id: Target dataset repo, ``"namespace/name"``; created when missing.
+        private: Create the repo private (an existing repo keeps its visibility).
+        max_retries: Retries of the whole push after a transient error, as in ``push_checkpoint``.
+
+    Returns:
+        URL of the commit that holds the upload.
+
+    Raises:
+        ValueError: When shards are missing, or both JSON Lines and Parquet shards are present.
+        FileNotFoundError: When ``stats.json`` or ``generation.json`` is missing.
+    """
+    data_dir = Path(data_dir)
+    shards = sorted((data_dir / "data").glob("train-*-of-*.*"))
+    formats = {shard.suffix for shard in shards}
+    if len(formats) != 1 or not formats <= {".jsonl", ".parquet"}:
+        raise ValueError(f"{data_dir / 'data'} must hold train-*-of-* shards of one format, found {sorted(formats)}")
+    expected = int(re.search(r"-of-(\d+)\.", shards[0].name)[1])
+    if len(shards) != expected:
+        raise ValueError(f"{data_dir / 'data'} holds {len(shards)} of {expected} shards; finish generating first")
+    stats = json.loads((data_dir / "stats.json").read_text())
+    manifest = json.loads((data_dir / "generation.json").read_text())
+
+    files = {f"data/{shard.name}": shard for shard in shards}
+    files["stats.json"] = data_dir / "stats.json"
+    files["generation.json"] = data_dir / "generation.json"
+    card = _dataset_card(repo_id, f"data/*{formats.pop()}", stats, manifest)
+    with tempfile.TemporaryDirectory(prefix="clocktune-push-") as tmp:
+        staging = _stage(files, str(card), Path(tmp) / "repo")
+        return _with_retries(lambda: _upload(staging, repo_id, "dataset", private, None), max_retries)
+
+
+def _folder_files(folder: Path) -> dict[str, Path]:
+    """Files under ``folder`` by repo path, without the skipped trainer files and README."""
+    return {
+        path.relative_to(folder).as_posix(): path
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not any(fnmatch.fnmatch(path.name, pattern) for pattern in SKIPPED_FILES)
+    }
+
+
+def _merge_adapter(adapter_dir: Path, base_model: str, out_dir: Path) -> None:
+    """Loads the base model, applies the LoRA adapter, merges it and saves the plain model to ``out_dir``."""
+    # Imported here so that plain and dataset pushes do not pay for importing torch and peft.
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype="auto")
+    # Training grows the embeddings to fit the added clock tokens (extend_tokenizer, then resize), so the adapter
+    # expects the larger matrix; its trainable-token rows overwrite the new rows' initial values.
+    vocab = len(AutoTokenizer.from_pretrained(adapter_dir))
+    if vocab > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(vocab)
+    merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
+    merged.save_pretrained(out_dir)
+
+
+def _stage(files: Mapping[str, Path], readme: str, staging: Path) -> Path:
+    """Builds the folder to upload: symlinks to ``files`` (no copy of large weights) and ``README.md``."""
+    for path_in_repo, src in files.items():
+        link = staging / path_in_repo
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(src.resolve())
+    (staging / "README.md").write_text(readme, encoding="utf-8")
+    return staging
+
+
+def _upload(folder: Path, repo_id: str, repo_type: str, private: bool, revision: str | None) -> str:
+    """Creates the repo (and branch) when missing and uploads ``folder`` in one commit; returns the commit URL."""
+    # A fresh client per attempt reads HF_ENDPOINT / HF_TOKEN at push time, not at import time.
+    api = HfApi()
+    api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
+    if revision is not None:
+        api.create_branch(repo_id, repo_type=repo_type, branch=revision, exist_ok=True)
+    commit = api.upload_folder(
+        repo_id=repo_id,
+        folder_path=folder,
+        repo_type=repo_type,
+        revision=revision,
+        commit_message=f"Upload {repo_type} with clocktune",
+    )
+    return commit.commit_url
+
+
+def _is_transient(error: Exception) -> bool:
+    """Whether retrying could help: a network failure, or an HTTP status in ``TRANSIENT_STATUSES``."""
+    if isinstance(error, HfHubHTTPError):
+        return error.response.status_code in TRANSIENT_STATUSES
+    # huggingface_hub 2.x talks HTTP through httpx2: its transport errors are connect/read/write/timeout failures.
+    return isinstance(error, httpx2.TransportError)
+
+
+def _with_retries(action: Callable[[], _T], max_retries: int) -> _T:
+    """Runs ``action``, retrying transient failures with exponential backoff (``RETRY_BASE_DELAY_S`` doubling).
+
+    Re-running a whole push is safe: ``create_repo`` and ``create_branch`` accept an existing repo or branch, and
+    ``upload_folder`` re-sends the same files.
+    """
+    attempt = 0
+    while True:
+        try:
+            return action()
+        except (HfHubHTTPError, httpx2.TransportError) as error:
+            if attempt >= max_retries or not _is_transient(error):
+                raise
+            delay = min(RETRY_BASE_DELAY_S * 2**attempt, RETRY_MAX_DELAY_S)
+            attempt += 1
+            logger.warning("push failed (%s); retry %d/%d in %.1f s", error, attempt, max_retries, delay)
+            time.sleep(delay)
+
+
+def _repo_id_or_none(name: str | None) -> str | None:
+    """``name`` when it can be a Hub repo id; ``None`` for local paths, which Hub metadata rejects."""
+    if name is None or Path(name).exists() or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name):
+        return None
+    return name
+
+
+def _cell(value: Any) -> str:
+    """One Markdown table cell: floats to 4 significant digits, dicts inline, pipes escaped."""
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, Mapping):
+        text = ", ".join(f"{key}: {_cell(item)}" for key, item in value.items())
+    else:
+        text = str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(rows: Mapping[str, Any], key_header: str, value_header: str) -> str:
+    """A two-column Markdown table of ``rows``."""
+    lines = [f"| {key_header} | {value_header} |", "| --- | --- |"]
+    lines += [f"| {_cell(key)} | {_cell(value)} |" for key, value in rows.items()]
+    return "\n".join(lines)
+
+
+def _model_card(repo_id: str, *, is_peft: bool, base_model: str | None, weights: str, info: Mapping) -> ModelCard:
+    """The model card: Hub metadata, what the model is, data, clock, eval tables and how to run it."""
+    dataset = info.get("dataset")
+    data = ModelCardData(
+        base_model=_repo_id_or_none(base_model),
+        library_name="peft" if is_peft else "transformers",
+        pipeline_tag="text-generation",
+        tags=TAGS,
+        datasets=[repo] if (repo := _repo_id_or_none(dataset)) else None,
+    )
+    name = repo_id.split("/")[-1]
+    sections = [
+        f"# {name}",
+        "A real-time agent fine-tuned with clocktune. It reads a dialogue as a timeline of time-stamped events "
+        "(speech-recogniser chunks while the user is still talking, tool results as they arrive), calls tools "
+        "speculatively before the user has finished, and answers within about a second of the end of speech. "
+        "Every event starts with a clock, so the model knows how much time has passed.",
+        f"- **Base model:** `{base_model or 'not recorded'}`\n- **Weights:** {weights}\n"
+        f"- **Training data:** `{dataset or 'not recorded'}`",
+    ]
+    if info.get("dataset_stats"):
+        sections += ["## Training data", _table(info["dataset_stats"], "statistic", "value")]
+    if info.get("clock"):
+        sections += ["## Clock configuration", _table(info["clock"], "setting", "value")]
+    if info.get("eval"):
+        sections += ["## Evaluation", _table(info["eval"], "metric", "value")]
+    if is_peft:
+        load = (
+            "from peft import AutoPeftModelForCausalLM\n"
+            "from transformers import AutoTokenizer\n\n"
+            f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n'
+            f'model = AutoPeftModelForCausalLM.from_pretrained("{repo_id}")  # base model + adapter'
+        )
+    else:
+        load = (
+            "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+            f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n'
+            f'model = AutoModelForCausalLM.from_pretrained("{repo_id}")'
+        )
+    sections += [
+        "## How to run it",
+        "The tokenizer carries the clock tokens and the chat template that clocktune renders timelines with; "
+        "use it as it is. Evaluate on streaming dialogues with the clocktune CLI "
+        "(`clocktune eval --help` lists the data and device options):",
+        f"```bash\nclocktune eval --model {repo_id} ...\n```",
+        "Or load it directly:",
+        f"```python\n{load}\n```",
+    ]
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
+
+
+def _dataset_card(repo_id: str, data_files: str, stats: Mapping, manifest: Mapping) -> DatasetCard:
+    """The dataset card: the ``default`` config over the shards, the statistics and the timeline format."""
+    data = DatasetCardData(
+        configs=[{"config_name": "default", "data_files": [{"split": "train", "path": data_files}]}],
+        tags=TAGS,
+        task_categories=["text-generation"],
+    )
+    name = repo_id.split("/")[-1]
+    sections = [
+        f"# {name}",
+        f"Streaming tool-use dialogues generated by `clocktune-datagen generate` (seed {manifest.get('seed')}, "
+        f"{manifest.get('num')} dialogues); `generation.json` holds the full generator config and `stats.json` "
+        "the statistics below.",
+        "## Statistics",
+        _table(stats, "statistic", "value"),
+        "## Format",
+        "Each row is one dialogue as a timeline: a header (`domain`, `task`, `seed`, `teacher`, `tools` with their "
+        "schemas, `initial_state`, `ground_truth`) and `events` ordered by time. Every event has an `id`, a time `t` "
+        "(seconds on the simulated clock), a `kind` (`user_chunk`, `tool_call`, `tool_modify`, `tool_cancel`, "
+        "`tool_result`, `say`, `wait`, `commit`, `notice`) and a `source`. Tool arguments and results (like schemas "
+        "and backend states) are stored as JSON strings, which keeps one Arrow schema across tools; "
+        "`clocktune.timeline.timeline_from_record(row)` parses a row back.",
+        f'```python\nfrom datasets import load_dataset\n\nds = load_dataset("{repo_id}", split="train")\n```',
+    ]
+    return DatasetCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
