@@ -1,17 +1,39 @@
-"""``clocktune``: the library's command line. Subcommands grow with the library (render, train, eval, push).
+"""``clocktune``: the library's command line. Subcommands grow with the library (train, eval, push).
 
 Examples:
     clocktune schema --out timeline.schema.json
+    clocktune render --input data/demo/data --tokenizer embedded --model-format chatml --out runs/rendered
+    clocktune inspect data/demo/data/train-00000-of-00002.jsonl --index 3 --tokenizer runs/rendered/tokenizer
+
+Errors in the input (a missing file, a line that is not a timeline, a tokenizer of another encoding) print
+``error: ...`` naming ``file:line:field`` where there is one, and exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+EMBEDDED = "embedded"
+DEFAULT_CODEC = "abs_bins"
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    """``clocktune schema``: prints or writes the JSON Schema of one timeline line.
+
+    Args:
+        args: The parsed command line.
+
+    Returns:
+        The exit status, 0; errors are raised for :func:`main` to report.
+    """
     from clocktune.timeline.io import dumps_schema
 
     text = dumps_schema()
@@ -22,20 +44,341 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_tokenizer(name: str) -> Any:
+    """Loads a tokenizer by path or Hub id; ``embedded`` is the embedded SmolLM2 (converted on first use).
+
+    Args:
+        name: A folder, a Hub id, or ``"embedded"``.
+
+    Returns:
+        The ``AutoTokenizer``.
+
+    Raises:
+        FileNotFoundError: When a path (starting with ``/``, ``.`` or ``~``) does not exist.
+        OSError: When transformers cannot load it.
+    """
+    from transformers import AutoTokenizer
+
+    if name == EMBEDDED:
+        from clocktune.models import embedded_model_path
+
+        name = str(embedded_model_path())
+    elif name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
+        # Otherwise transformers reports it as a malformed Hub id.
+        raise FileNotFoundError(f"{name}: no such tokenizer folder")
+    return AutoTokenizer.from_pretrained(Path(name).expanduser() if name.startswith("~") else name)
+
+
+def prepare_tokenizer(tokenizer: Any, model_format: str | None, time_codec: str | None) -> Any:
+    """Extends a tokenizer for clocktune, or checks the encoding it already carries.
+
+    Args:
+        tokenizer: A tokenizer, extended or not; extended in place when it carries no clocktune encoding.
+        model_format: The wanted model format (needed to extend); ``None`` accepts what the tokenizer carries.
+        time_codec: The wanted codec name; ``None`` means the tokenizer's own, or ``abs_bins`` when extending.
+
+    Returns:
+        The tokenizer's ``clocktune.encoding.Encoding``.
+
+    Raises:
+        ValueError: When the carried encoding differs from the one asked for, or there is none and no
+            ``model_format`` to extend with.
+    """
+    from clocktune.encoding import extend_tokenizer, get_format, load_encoding
+
+    template = tokenizer.chat_template
+    # A clocktune template that load_encoding rejects (e.g. a newer version) must fail, not be overwritten.
+    if isinstance(template, str) and "clocktune-encoding" in template:
+        encoding = load_encoding(tokenizer)
+        carried = f"model format {encoding.model_format.name!r} and time codec {encoding.codec.name!r}"
+        if model_format is not None and get_format(model_format).name != encoding.model_format.name:
+            raise ValueError(f"tokenizer is already extended for {carried}, not model format {model_format!r}")
+        if time_codec is not None and time_codec != encoding.codec.name:
+            raise ValueError(f"tokenizer is already extended for {carried}, not time codec {time_codec!r}")
+        return encoding
+    if model_format is None:
+        raise ValueError("the tokenizer carries no clocktune encoding: pass --model-format to extend it")
+    extend_tokenizer(tokenizer, time_codec or DEFAULT_CODEC, model_format)
+    return load_encoding(tokenizer)
+
+
+def save_atomically(save: Callable[[Path], object], target: Path) -> None:
+    """Writes a folder through a temporary sibling and renames it into place, replacing any previous one.
+
+    A reader never sees a half-written folder: it sees the old one, then (after a brief absence) the new one.
+
+    Args:
+        save: Writes the content into the folder it is given (which exists and is empty).
+        target: The folder to create or replace.
+    """
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; the result should not be
+        save(staging)
+        if target.exists():
+            # Renaming onto an empty folder replaces it; the old content is deleted once the new one is in place.
+            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+            os.replace(target, old)
+            os.replace(staging, target)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Writes a text file through a temporary sibling and a rename, with the usual (umask) permissions.
+
+    Args:
+        path: The file to create or replace.
+        text: Its content.
+    """
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        staging.write_text(text)
+        os.replace(staging, path)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="rendered dataset", show_header=True)
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    table.add_row("timelines", f"{summary['timelines']:,}")
+    table.add_row("tokens", f"{summary['tokens']:,}")
+    table.add_row("loss-bearing tokens", f"{summary['loss_tokens']:,} ({summary['loss_share']:.1%})")
+    table.add_row(
+        "packing efficiency",
+        f"{summary['packing_efficiency']:.1%} ({summary['packed_rows']:,} rows of {summary['max_length']:,})",
+    )
+    table.add_row("truncated timelines", f"{summary['truncated_timelines']:,}")
+    Console().print(table)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    """``clocktune render``: renders timeline files into ``OUT/dataset`` with ``OUT/tokenizer`` and a summary.
+
+    Args:
+        args: The parsed command line.
+
+    Returns:
+        The exit status, 0; errors are raised for :func:`main` to report.
+    """
+    from tqdm import tqdm
+
+    from clocktune.rendered_dataset import load_timeline_files, render_timelines, summarize
+
+    timelines = load_timeline_files(args.input)
+    tokenizer = load_tokenizer(args.tokenizer)
+    encoding = prepare_tokenizer(tokenizer, args.model_format, args.time_codec)
+    progress = tqdm(timelines, desc="rendering", unit="timeline", disable=args.quiet)
+    dataset = render_timelines(progress, tokenizer, agent_clock_loss=args.agent_clock_loss)
+
+    if args.quiet:
+        from datasets import disable_progress_bars
+
+        disable_progress_bars()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # The tokenizer first: a dataset is only usable with the tokenizer that rendered it.
+    save_atomically(tokenizer.save_pretrained, out / "tokenizer")
+    save_atomically(dataset.save_to_disk, out / "dataset")
+    summary = {
+        **summarize(dataset, args.max_length),
+        "encoding": encoding.to_dict(),
+        "agent_clock_loss": args.agent_clock_loss,
+        "inputs": [str(path) for path in args.input],
+        "tokenizer": args.tokenizer,
+    }
+    write_text_atomically(out / "render_summary.json", json.dumps(summary, indent=2) + "\n")
+    if not args.quiet:
+        _print_summary(summary)
+        print(f"wrote {out / 'dataset'}, {out / 'tokenizer'} and {out / 'render_summary.json'}")
+    return 0
+
+
+def _token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
+    # Decoded one by one, without clean-up, so the texts concatenate to the rendered text (except where a token
+    # holds part of a multi-byte character).
+    return [tokenizer.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False) for i in ids]
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+
+
+def _marked_tokens(texts: list[str], loss: list[bool], clock: list[bool]) -> str:
+    """Tokens joined by ``|``; runs of loss-bearing tokens in ``[...]``, of clock tokens in ``{...}``, of
+    loss-bearing clock tokens (``--agent-clock-loss``) in ``[{...}]``."""
+    runs: list[tuple[tuple[bool, bool], list[str]]] = []
+    for text, kind in zip(texts, zip(loss, clock, strict=True), strict=True):
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(_escape(text))
+        else:
+            runs.append((kind, [_escape(text)]))
+    brackets = {
+        (False, False): ("", ""),
+        (True, False): ("[", "]"),
+        (False, True): ("{", "}"),
+        (True, True): ("[{", "}]"),
+    }
+    return " ".join(f"{brackets[kind][0]}{'|'.join(tokens)}{brackets[kind][1]}" for kind, tokens in runs)
+
+
+def format_inspection(timeline: Any, rendering: Any, tokenizer: Any, encoding: Any, show_system: bool) -> str:
+    """Lays out a rendering token by token, one block per event, readable without colour.
+
+    Args:
+        timeline: The rendered timeline.
+        rendering: ``clocktune.render.render(timeline, tokenizer, ...)``.
+        tokenizer: The tokenizer that rendered it.
+        encoding: Its ``clocktune.encoding.Encoding``.
+        show_system: Whether to print the system prefix's tokens, not only their count.
+
+    Returns:
+        The text: a legend, the events with loss-bearing ``[...]``, clock ``{...}`` and hidden tokens marked, and
+        totals.
+    """
+    fmt, codec = encoding.model_format, encoding.codec
+    spans: dict[int, list[int]] = {}
+    for position, index in enumerate(rendering.event_index):
+        spans.setdefault(index, [position, position])[1] = position + 1
+    hidden = sum(until != float("inf") for until in rendering.visible_until)
+    loss = [label != -100 for label in rendering.labels]
+    lines = [
+        f"timeline {timeline.id}  {timeline.domain}/{timeline.task}  {fmt.name}, {codec.name}: "
+        f"{len(rendering):,} tokens, {sum(loss):,} loss-bearing, {hidden:,} hidden at some point",
+        "legend: tokens separated by |, [loss-bearing], {clock}, [{loss-bearing clock}], plain = context; "
+        "HIDDEN events are invisible to every token from their visible_until time on",
+    ]
+    start, end = spans[-1]
+    lines.append(
+        f"system prefix (sink, t=0): {end - start} tokens" + ("" if show_system else ", --system prints them")
+    )
+    if show_system:
+        texts = _token_texts(tokenizer, rendering.input_ids[start:end])
+        lines.append("    " + _marked_tokens(texts, loss[start:end], [False] * (end - start)))
+
+    prev_t = 0.0
+    for index, event in enumerate(timeline.events):
+        start, end = spans[index]
+        # Every message is header + clock + body + end + tail (clocktune.encoding.formats): the clock's tokens are
+        # those overlapping the characters after the header.
+        role, _ = fmt.message(event)
+        clock_start = len(fmt.header(role))
+        clock_end = clock_start + len(codec.encode(event.t, prev_t))
+        prev_t = event.t
+        texts = _token_texts(tokenizer, rendering.input_ids[start:end])
+        clock, offset = [], 0
+        for text in texts:
+            clock.append(offset < clock_end and offset + len(text) > clock_start)
+            offset += len(text)
+        until = min(rendering.visible_until[start:end])
+        header = f"#{index:<4} {f't={event.t:.3f}s':<12} {event.kind:<11} {event.source:<6}"
+        if until != float("inf"):
+            header += f"  HIDDEN from t={until:.3f}s (visible_until)"
+        lines.append(header.rstrip())
+        lines.append("    " + _marked_tokens(texts, loss[start:end], clock))
+    return "\n".join(lines)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """``clocktune inspect``: prints one rendered timeline token by token (:func:`format_inspection`).
+
+    Args:
+        args: The parsed command line.
+
+    Returns:
+        The exit status, 0; errors are raised for :func:`main` to report.
+    """
+    from clocktune.render import render
+    from clocktune.timeline.io import TimelineFormatError, iter_timeline_file
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    items = list(iter_timeline_file(path))
+    if not 0 <= args.index < len(items):
+        raise ValueError(f"{path}: index {args.index} out of range (0..{len(items) - 1})")
+    _, item = items[args.index]
+    if isinstance(item, list):
+        raise TimelineFormatError(item)
+    tokenizer = load_tokenizer(args.tokenizer)
+    encoding = prepare_tokenizer(tokenizer, args.model_format, args.time_codec)
+    rendering = render(item, tokenizer, agent_clock_loss=args.agent_clock_loss)
+    print(format_inspection(item, rendering, tokenizer, encoding, args.system))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``clocktune`` argument parser."""
+    """Builds the ``clocktune`` argument parser.
+
+    Returns:
+        The parser; each subcommand sets ``func``, the function that runs it.
+    """
+    from clocktune.encoding import CODECS, FORMATS
+
     parser = argparse.ArgumentParser(prog="clocktune", description="clock-aware fine-tuning of real-time agents")
     sub = parser.add_subparsers(dest="command", required=True)
     schema = sub.add_parser("schema", help="print the JSON Schema of one timeline line")
     schema.add_argument("--out", default=None, help="write to this file instead of stdout")
     schema.set_defaults(func=cmd_schema)
+
+    tokenizer_help = f"tokenizer folder or Hub id; {EMBEDDED!r} is the embedded SmolLM2-135M-Instruct"
+    codec_help = f"time codec; default: the tokenizer's when already extended, else {DEFAULT_CODEC}"
+
+    render = sub.add_parser("render", help="render timelines into a tokenized dataset with its tokenizer")
+    render.add_argument("--input", nargs="+", required=True, help=".jsonl/.parquet timeline files or folders")
+    render.add_argument("--tokenizer", required=True, help=tokenizer_help)
+    render.add_argument("--model-format", required=True, choices=sorted(FORMATS))
+    render.add_argument("--time-codec", default=None, choices=sorted(CODECS), help=codec_help)
+    render.add_argument("--agent-clock-loss", action="store_true", help="train the clock of agent messages too")
+    render.add_argument("--max-length", type=int, default=4096, help="row length the summary's packing assumes")
+    render.add_argument("--out", required=True, help="writes OUT/dataset, OUT/tokenizer and OUT/render_summary.json")
+    render.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+    render.set_defaults(func=cmd_render)
+
+    inspect = sub.add_parser("inspect", help="print one rendered timeline token by token")
+    inspect.add_argument("file", help="a .jsonl/.parquet timeline file")
+    inspect.add_argument("--index", type=int, default=0, help="0-based position in the file")
+    inspect.add_argument("--tokenizer", required=True, help=tokenizer_help)
+    inspect.add_argument("--model-format", default=None, choices=sorted(FORMATS), help="needed if not extended")
+    inspect.add_argument("--time-codec", default=None, choices=sorted(CODECS), help=codec_help)
+    inspect.add_argument("--agent-clock-loss", action="store_true", help="show the clock loss of agent messages")
+    inspect.add_argument("--system", action="store_true", help="also print the system prefix's tokens")
+    inspect.set_defaults(func=cmd_inspect)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``clocktune``."""
+    """Entry point of ``clocktune``.
+
+    Args:
+        argv: Arguments without the program name; ``None`` reads ``sys.argv``.
+
+    Returns:
+        0 on success, 2 on an input error (printed as ``error: ...``).
+    """
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, OSError) as error:
+        # TimelineFormatError is a ValueError listing file:line:field of each bad line.
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

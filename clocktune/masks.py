@@ -14,6 +14,10 @@ only ``position_ids`` restarting per segment (plus the varlen kwargs for FlashAt
 All per-token inputs are ``[B, L]`` tensors on one device. Segments must be contiguous runs inside a row (the
 collator guarantees it); pads are expected to carry ``time = visible_until = inf`` in a segment of their own, which
 makes them see only themselves while leaving :func:`is_block_causal` untouched.
+
+Masks are built where the batch lives, not in the collator: :class:`clocktune.collate.StreamingCollator` returns
+the compact ``[B, L]`` fields and the trainer calls :func:`attention_inputs` on them on the device, in
+``compute_loss``. A dense mask is ``L²`` per row against the collator's ``L``, and a ``BlockMask`` belongs on the GPU.
 """
 
 from __future__ import annotations
@@ -214,8 +218,9 @@ def attention_inputs(
     """The attention-related model kwargs for one packed batch.
 
     Args:
-        batch_fields: ``[B, L]`` tensors ``segment_ids``, ``time``, ``visible_until`` and ``sink`` (``sink`` only
-            read when ``window_s`` is set).
+        batch_fields: a :class:`~clocktune.collate.StreamingCollator` batch, or any mapping with the ``[B, L]``
+            tensors ``segment_ids``, ``time``, ``visible_until`` and ``sink`` (``sink`` only read when ``window_s``
+            is set), on the device the model runs on.
         attn_implementation: the model's ``config._attn_implementation``: ``eager``, ``sdpa``, ``flex_attention``
             or a FlashAttention flavour (any name containing ``flash``, the rule transformers itself uses).
         window_s: optional attention window in seconds.

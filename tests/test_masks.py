@@ -106,7 +106,7 @@ def segment_spans(fields, renderings, max_length):
 @settings(max_examples=60, deadline=None)
 @given(renderings=RENDERINGS, max_length=st.integers(16, 48), window_s=st.sampled_from([None, 0.5, 2.0]))
 def test_packed_mask_obeys_the_streaming_rule(renderings, max_length, window_s):
-    fields = StreamingCollator(max_length, 0, "sdpa", window_s).pack_fields(renderings)
+    fields = StreamingCollator(max_length, 0)(renderings)
     time, visible_until, segment, sink = (fields[k] for k in ("time", "visible_until", "segment_ids", "sink"))
     mask = build_float_mask(time, visible_until, segment, sink, window_s)
     assert mask.shape == (*segment.shape[:1], 1, segment.shape[1], segment.shape[1])
@@ -269,12 +269,16 @@ def logits(model, attn_implementation, **inputs):
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa", "flex_attention"])
 def test_packed_rows_equal_each_rendering_alone(model, attn_implementation, window_s):
     renderings = fixed_renderings(hidden=True)
-    collator = StreamingCollator(64, 0, attn_implementation, window_s)
-    batch = collator(renderings)
-    assert isinstance(batch["attention_mask"], BlockMask if attn_implementation == "flex_attention" else torch.Tensor)
-    packed = logits(model, attn_implementation, **{k: v for k, v in batch.items() if k not in METADATA_KEYS})
+    batch = StreamingCollator(64, 0)(renderings)
+    # As the trainer does: pop the metadata, add the attention inputs built from it.
+    inputs = attention_inputs(batch, attn_implementation, window_s)
+    assert isinstance(inputs["attention_mask"], BlockMask if attn_implementation == "flex_attention" else torch.Tensor)
+    model_kwargs = {k: v for k, v in batch.items() if k not in METADATA_KEYS}
+    assert set(model_kwargs) == {"input_ids", "labels", "position_ids"}
+    assert torch.equal(inputs["position_ids"], batch["position_ids"])
+    packed = logits(model, attn_implementation, **{**model_kwargs, **inputs})
 
-    spans = segment_spans(collator.pack_fields(renderings), renderings, 64)
+    spans = segment_spans(batch, renderings, 64)
     assert batch["input_ids"].shape[0] < len(renderings)  # really packed
     for item, row, start, end in spans:
         rendering = renderings[item]
@@ -291,12 +295,10 @@ def test_packed_rows_equal_each_rendering_alone(model, attn_implementation, wind
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_block_causal_fast_path_equals_dense_mask(model, attn_implementation):
-    collator = StreamingCollator(64, 0, attn_implementation)
     renderings = fixed_renderings(hidden=False)
-    batch = collator(renderings)
-    assert "attention_mask" not in batch
-    fields = collator.pack_fields(renderings)
-    dense = build_float_mask(fields["time"], fields["visible_until"], fields["segment_ids"])
+    batch = StreamingCollator(64, 0)(renderings)
+    assert set(attention_inputs(batch, attn_implementation)) == {"position_ids"}
+    dense = build_float_mask(batch["time"], batch["visible_until"], batch["segment_ids"])
     fast = logits(model, attn_implementation, input_ids=batch["input_ids"], position_ids=batch["position_ids"])
     slow = logits(
         model,
@@ -305,6 +307,6 @@ def test_block_causal_fast_path_equals_dense_mask(model, attn_implementation):
         position_ids=batch["position_ids"],
         attention_mask=dense,
     )
-    real = fields["segment_ids"] < len(renderings)
+    real = batch["segment_ids"] < len(renderings)
     assert real.sum() < real.numel()  # there is padding to ignore
     assert (fast[real] - slow[real]).abs().max() < 1e-4
