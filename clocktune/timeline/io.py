@@ -14,6 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from clocktune.timeline.events import Timeline
 
 TIMELINE_ADAPTER: TypeAdapter[Timeline] = TypeAdapter(Timeline)
+_FILE_MODE = 0o644
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +173,7 @@ def atomic_write_lines(path: str | os.PathLike, lines: Iterable[str]) -> int:
             for line in lines:
                 handle.write(line)
                 count += 1
+        os.chmod(tmp, _FILE_MODE)  # mkstemp creates 0600; a dataset is meant to be read by others
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -245,6 +247,7 @@ def write_parquet(path: str | os.PathLike, timelines: Iterable[Timeline]) -> int
     os.close(fd)
     try:
         pq.write_table(table, tmp)
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
