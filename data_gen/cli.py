@@ -4,6 +4,7 @@ Examples:
     clocktune-datagen generate --config configs/datagen/default.yaml --num 1000 --seed 0 --out data/demo
     clocktune-datagen validate data/demo/data/*.jsonl
     clocktune-datagen show data/demo/data/train-00000-of-00002.jsonl --index 3 --png timeline.png
+    clocktune-datagen push data/demo --repo-id me/clocktune-demo
 """
 
 from __future__ import annotations
@@ -103,6 +104,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_push(args: argparse.Namespace) -> int:
+    from clocktune.hub import push_dataset
+
+    url = push_dataset(args.dir, args.repo_id, private=args.private)
+    print(f"pushed {args.dir} to {url}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``clocktune-datagen`` argument parser."""
     parser = argparse.ArgumentParser(prog="clocktune-datagen", description=__doc__.split("\n")[0])
@@ -130,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--png", default=None, help="write a Gantt chart here")
     show.set_defaults(func=cmd_show)
 
+    push = sub.add_parser("push", help="upload a generated dataset folder (shards, stats.json) to the Hub")
+    push.add_argument("dir", help="folder written by generate")
+    push.add_argument("--repo-id", required=True, help="ORG/NAME of the dataset repo")
+    push.add_argument("--private", action="store_true")
+    push.set_defaults(func=cmd_push)
     return parser
 
 

@@ -364,3 +364,47 @@ def test_env_endpoint_in_fresh_process(dataset_dir):
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip().startswith(f"{mock.url}/datasets/someone/ds/commit/")
         assert "stats.json" in mock.files("someone/ds", repo_type="dataset")
+
+
+def test_cli_push_of_a_trained_folder_renders_identical_ids(hub, tmp_path):
+    """`clocktune push` on a folder whose tokenizer carries clock tokens and the timeline template: the download
+    re-renders a timeline to the very ids the local folder gives, and the card states the clock configuration."""
+    from clocktune.cli import main as clocktune_main
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from clocktune.render import render
+    from data_gen.config import GeneratorConfig
+    from data_gen.generate import generate_dialogue
+    from tests.tiny_tokenizer import tiny_tokenizer
+
+    folder = tmp_path / "trained"
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("log_delta"), "chatml")
+    _tiny_llama(len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"next_action_accuracy_after": 0.91, "checkpoint": "runs/x"}))
+
+    assert (
+        clocktune_main(["push", "--checkpoint", str(folder), "--repo-id", "me/rt", "--eval-summary", str(summary)])
+        == 0
+    )
+    files = hub.files("me/rt")
+    _, body = _card(files["README.md"])
+    assert "| time_codec | log_delta |" in body and "| model_format | chatml |" in body
+    assert "| next_action_accuracy_after | 0.91 |" in body and "runs/x" not in body
+
+    pushed = hub.export("me/rt", tmp_path / "download")
+    timeline = generate_dialogue(7, 0, GeneratorConfig())
+    local = render(timeline, AutoTokenizer.from_pretrained(folder))
+    remote = render(timeline, AutoTokenizer.from_pretrained(pushed))
+    assert remote.input_ids == local.input_ids and remote.labels == local.labels
+    AutoModelForCausalLM.from_pretrained(pushed)
+
+
+@pytest.mark.parametrize("dataset_dir", ["parquet"], indirect=True)
+def test_datagen_cli_push(hub, dataset_dir, capsys):
+    from data_gen.cli import main as datagen_main
+
+    assert datagen_main(["push", str(dataset_dir), "--repo-id", "me/dialogues"]) == 0
+    assert "data/train-00000-of-00002.parquet" in hub.files("me/dialogues", repo_type="dataset")
+    assert "pushed" in capsys.readouterr().out

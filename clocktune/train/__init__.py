@@ -1,0 +1,1 @@
+"""Clock-aware supervised fine-tuning on rendered timelines (TRL ``SFTTrainer`` with streaming masks)."""

@@ -1,0 +1,93 @@
+"""``ClockSFTConfig``: TRL's ``SFTConfig`` plus the clock fields, and the recipe's data/model arguments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import SFTConfig
+
+TIME_CODECS = ("text", "abs_bins", "log_delta")
+MODEL_FORMATS = ("qwen2.5", "llama3.2", "chatml")
+MASK_POLICIES = ("streaming", "causal")
+
+
+@dataclass
+class ClockSFTConfig(SFTConfig):
+    r"""
+    Configuration for [`~clocktune.train.trainer.ClockSFTTrainer`]: every field of TRL's `SFTConfig`, plus the clock
+    fields below. Some `SFTConfig` defaults differ, because the data arrive pre-tokenized with their own labels and
+    are packed by clocktune's collator: `packing=False`, `remove_unused_columns=False`,
+    `dataset_kwargs={"skip_prepare_dataset": True}` (these three are enforced), `bf16=False` on a machine without a
+    GPU.
+
+    Parameters:
+        > Parameters that control the clock encoding
+
+        time_codec (`str`, *optional*, defaults to `"abs_bins"`):
+            How clock tokens state time: `"text"` (digits, no new vocabulary), `"abs_bins"` (absolute time in 100 ms
+            bins, new special tokens) or `"log_delta"` (log-spaced bins of the time since the previous event).
+        time_codec_kwargs (`dict[str, Any]`, *optional*):
+            Parameters of the codec, e.g. `{"resolution_s": 0.05}` for `"abs_bins"`.
+        model_format (`str`, *optional*):
+            Tool-calling convention of the base model: `"qwen2.5"`, `"llama3.2"` or `"chatml"` (SmolLM2). Inferred
+            from the model type when not set (`qwen2` → `"qwen2.5"`, `llama` → `"llama3.2"`, unless the tokenizer
+            has `<|im_start|>`, then `"chatml"`).
+        agent_clock_loss (`bool`, *optional*, defaults to `False`):
+            Whether the clock tokens in front of the agent's actions carry loss. The runtime writes them, so by
+            default the model is not asked to predict them.
+
+        > Parameters that control streaming attention
+
+        mask_policy (`str`, *optional*, defaults to `"streaming"`):
+            `"streaming"`: tokens never see what had not arrived, or was no longer visible, at their time
+            (superseded recogniser partials, results of calls later modified or cancelled). When nothing is hidden
+            this is plain block-causal attention and takes the fast path. `"causal"`: ignore visibility (block-causal
+            packing), for ablations.
+        attention_window_s (`float`, *optional*):
+            Limits attention to the last `attention_window_s` seconds, plus the system prompt and tool schemas (sink
+            tokens), for long sessions. `None` attends to the whole session.
+        max_timelines (`int`, *optional*):
+            Use at most this many training timelines (the first ones), for quick runs.
+    """
+
+    time_codec: str = field(
+        default="abs_bins", metadata={"help": "Clock encoding: text, abs_bins or log_delta.", "choices": TIME_CODECS}
+    )
+    time_codec_kwargs: dict[str, Any] | None = field(default=None, metadata={"help": "Parameters of the codec."})
+    model_format: str | None = field(
+        default=None, metadata={"help": "qwen2.5, llama3.2 or chatml; inferred when not set."}
+    )
+    agent_clock_loss: bool = field(default=False, metadata={"help": "Train on the clock tokens of agent actions."})
+    mask_policy: str = field(default="streaming", metadata={"help": "streaming or causal.", "choices": MASK_POLICIES})
+    attention_window_s: float | None = field(
+        default=None, metadata={"help": "Attend to the last N seconds plus sink tokens; None for all."}
+    )
+    max_timelines: int | None = field(default=None, metadata={"help": "Use at most this many training timelines."})
+
+    # SFTConfig fields whose defaults differ here.
+    packing: bool = field(default=False, metadata={"help": "Must stay False: clocktune's collator packs."})
+    remove_unused_columns: bool = field(default=False, metadata={"help": "Must stay False: masks need the columns."})
+
+    def __post_init__(self) -> None:
+        if self.time_codec not in TIME_CODECS:
+            raise ValueError(f"time_codec must be one of {TIME_CODECS}, got {self.time_codec!r}")
+        if self.model_format is not None and self.model_format not in MODEL_FORMATS:
+            raise ValueError(f"model_format must be one of {MODEL_FORMATS} or None, got {self.model_format!r}")
+        if self.mask_policy not in MASK_POLICIES:
+            raise ValueError(f"mask_policy must be one of {MASK_POLICIES}, got {self.mask_policy!r}")
+        if self.attention_window_s is not None and self.attention_window_s <= 0:
+            raise ValueError(f"attention_window_s must be positive, got {self.attention_window_s}")
+        if self.packing:
+            raise ValueError("packing must be False: ClockSFTTrainer packs timelines itself, without splitting them")
+        if self.remove_unused_columns:
+            raise ValueError("remove_unused_columns must be False: the streaming mask needs the per-token columns")
+        if self.max_timelines is not None and self.max_timelines < 1:
+            raise ValueError(f"max_timelines must be at least 1, got {self.max_timelines}")
+        self.dataset_kwargs = {**(self.dataset_kwargs or {}), "skip_prepare_dataset": True}
+        if self.bf16 is None and not self.fp16:
+            # TRL turns bf16 on by default, which transformers rejects on a machine without a GPU.
+            import torch
+
+            self.bf16 = torch.cuda.is_available() or (torch.backends.mps.is_available() and not self.use_cpu)
+        super().__post_init__()

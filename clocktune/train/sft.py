@@ -1,0 +1,168 @@
+"""Clock-aware supervised fine-tuning of a causal LM on timelines.
+
+Usage:
+
+    accelerate launch --config_file configs/accelerate/single_gpu.yaml recipes/sft.py \
+        --config configs/qwen2.5-3b/sft_lora.yaml
+    # the same code in one process, with CLI overrides after the YAML:
+    clocktune train --config configs/smollm2-135m/sft_lora_cpu.yaml --max_steps 20
+
+Steps: extend the base tokenizer with action markers and clock tokens, render the timelines with the shared
+renderer, then train with ``ClockSFTTrainer`` (streaming masks, packing without splitting timelines). LoRA runs
+train the new token rows through PEFT ``trainable_token_indices``. A run started again with the same command resumes
+from the last checkpoint in ``output_dir``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from clocktune.train.config import ClockSFTConfig
+
+EMBEDDED = "embedded"
+
+
+@dataclass
+class TimelineDataArguments:
+    """Where the timelines come from.
+
+    Args:
+        train_data: Timeline files or folders (``.jsonl``/``.parquet``) to train on.
+        eval_data: Timeline files or folders for evaluation.
+    """
+
+    train_data: list[str] = field(default_factory=list, metadata={"help": "Timeline files or folders to train on."})
+    eval_data: list[str] | None = field(default=None, metadata={"help": "Timeline files or folders to evaluate on."})
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """``"embedded"`` names the SmolLM2-135M-Instruct shipped with clocktune; anything else is a Hub id or a path."""
+    if name_or_path == EMBEDDED:
+        from clocktune.models import embedded_model_path
+
+        return str(embedded_model_path())
+    return name_or_path
+
+
+def infer_model_format(model_type: str, tokenizer) -> str:
+    """The tool-calling convention of a base model: ChatML when its tokenizer has ``<|im_start|>`` and it is not a
+    Qwen model, else Qwen2.5's or Llama 3.2's by architecture."""
+    if model_type == "qwen2":
+        return "qwen2.5"
+    if "<|im_start|>" in tokenizer.get_vocab():
+        return "chatml"
+    if model_type == "llama":
+        return "llama3.2"
+    raise ValueError(f"cannot infer model_format for model type {model_type!r}; set model_format in the config")
+
+
+def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelConfig):
+    """Loads the base model and its tokenizer, extended with action markers and clock tokens.
+
+    Args:
+        training_args: Supplies the time codec and model format.
+        model_args: Supplies the model id or path, revision, dtype and attention implementation.
+
+    Returns:
+        ``(model, tokenizer, model_format, new_token_ids)``; the model has rows for the new tokens, initialised by
+        transformers from the old embeddings' mean and covariance (seeded with ``training_args.seed``).
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from clocktune.encoding import extend_tokenizer, get_codec
+
+    model_path = resolve_model_path(model_args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+    model_type = AutoConfig.from_pretrained(model_path, revision=model_args.model_revision).model_type
+    model_format = training_args.model_format or infer_model_format(model_type, tokenizer)
+    codec = get_codec(training_args.time_codec, **(training_args.time_codec_kwargs or {}))
+    new_token_ids = extend_tokenizer(tokenizer, codec, model_format)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path,
+        revision=model_args.model_revision,
+        dtype=model_args.dtype or "auto",
+        attn_implementation=model_args.attn_implementation,
+    )
+    torch.manual_seed(training_args.seed)
+    model.resize_token_embeddings(len(tokenizer))
+    return model, tokenizer, model_format, new_token_ids
+
+
+def main(
+    data_args: TimelineDataArguments,
+    training_args: ClockSFTConfig,
+    model_args: ModelConfig,
+    callbacks: list | None = None,
+):
+    """Trains and saves the model.
+
+    Args:
+        data_args: Where the timelines are.
+        training_args: Trainer and clock settings.
+        model_args: Base model and LoRA settings.
+        callbacks: Extra ``TrainerCallback`` objects.
+
+    Returns:
+        The ``ClockSFTTrainer`` after training (its model is the trained one).
+    """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from clocktune.rendered_dataset import load_timeline_files, render_timelines
+    from clocktune.train.trainer import ClockSFTTrainer
+
+    if not data_args.train_data:
+        raise ValueError("train_data is empty: pass timeline files or folders")
+    model, tokenizer, model_format, new_token_ids = load_model_and_tokenizer(training_args, model_args)
+    peft_config = get_peft_config(model_args)
+    if peft_config is not None:
+        peft_config.trainable_token_indices = {"embed_tokens": new_token_ids}
+
+    # Data: render every timeline with the shared renderer (what the runtime feeds the model, token for token).
+    train_timelines = load_timeline_files(data_args.train_data)[: training_args.max_timelines]
+    train_dataset = render_timelines(train_timelines, tokenizer, model_format, training_args.agent_clock_loss)
+    eval_dataset = None
+    if data_args.eval_data:
+        eval_timelines = load_timeline_files(data_args.eval_data)
+        eval_dataset = render_timelines(eval_timelines, tokenizer, model_format, training_args.agent_clock_loss)
+
+    trainer = ClockSFTTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=callbacks,
+    )
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is None and os.path.isdir(training_args.output_dir):
+        checkpoint = get_last_checkpoint(training_args.output_dir)
+    if checkpoint is not None:
+        trainer.accelerator.print(f"Resuming from {checkpoint}")
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=",".join(data_args.train_data))
+    return trainer
+
+
+def make_parser() -> TrlParser:
+    """The recipe's parser: YAML via ``--config``, then command-line overrides."""
+    return TrlParser((TimelineDataArguments, ClockSFTConfig, ModelConfig))
+
+
+def run(argv: list[str] | None = None):
+    """Parses ``argv`` (``--config FILE`` and overrides) and trains; the entry point of the recipe and the CLI.
+
+    Returns:
+        The trainer after training.
+    """
+    data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
+    return main(data_args, training_args, model_args)

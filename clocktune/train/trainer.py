@@ -1,0 +1,128 @@
+"""``ClockSFTTrainer``: TRL's ``SFTTrainer`` on rendered timelines with streaming attention.
+
+What it changes in ``SFTTrainer``:
+
+- data: the pre-tokenized rendered dataset is used as is (TRL's preparation skipped, per-token columns kept) and
+  packed by :class:`~clocktune.collate.StreamingCollator`, which never splits a timeline;
+- attention: the mask for the model's attention implementation is built on the batch's device at each step
+  (a flex ``BlockMask`` on GPU, an additive float mask for sdpa/eager, nothing but restarted ``position_ids`` — or
+  varlen boundaries for FlashAttention — when no token is ever hidden);
+- loss: the LM head projects only positions that predict a label (``logits_to_keep``), through the model's own
+  head, so PEFT's trainable rows for the new tokens train in the output layer too (TRL's fused head bypasses it);
+- metrics: ``num_tokens`` counts real tokens (TRL's count sums the attention mask, which a 4D mask breaks), and
+  loss and token accuracy are logged per action type (``loss/call``, ``accuracy/wait``, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from trl import SFTTrainer
+
+from clocktune.collate import METADATA_KEYS, StreamingCollator
+from clocktune.masks import attention_inputs
+from clocktune.render import IGNORE_INDEX
+from clocktune.rendered_dataset import ACTION_TYPES
+from clocktune.train.config import ClockSFTConfig
+
+
+class ClockSFTTrainer(SFTTrainer):
+    """Supervised fine-tuning on rendered timelines with streaming masks.
+
+    Args:
+        model: A model or model id, as for ``SFTTrainer``.
+        args: The training configuration.
+        train_dataset: A rendered dataset (``clocktune.rendered_dataset.render_timelines`` or ``clocktune render``).
+        eval_dataset: The same for evaluation.
+        processing_class: The tokenizer extended with clock tokens (``clocktune.encoding.extend_tokenizer``).
+        **kwargs: Passed to ``SFTTrainer`` (``peft_config``, ``callbacks``, ...).
+    """
+
+    def __init__(
+        self, model: Any, args: ClockSFTConfig, train_dataset=None, eval_dataset=None, processing_class=None, **kwargs
+    ):
+        if not isinstance(args, ClockSFTConfig):
+            raise TypeError(f"ClockSFTTrainer needs a ClockSFTConfig, got {type(args).__name__}")
+        if processing_class is None:
+            raise ValueError("ClockSFTTrainer needs the tokenizer extended with clock tokens as processing_class")
+        if "data_collator" not in kwargs:
+            kwargs["data_collator"] = StreamingCollator(
+                max_length=args.max_length,
+                pad_token_id=processing_class.pad_token_id
+                if processing_class.pad_token_id is not None
+                else processing_class.eos_token_id,
+                pad_to_multiple_of=args.pad_to_multiple_of or 1,
+            )
+        super().__init__(
+            model=model,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            **kwargs,
+        )
+
+    def _attention_kwargs(self, meta: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, Any]:
+        """The attention inputs for this batch, built where the batch lives."""
+        implementation = self.model.config._attn_implementation
+        if self.args.mask_policy == "causal":
+            # Ablation: treat every token as visible forever, which is plain block-causal packing.
+            meta = {**meta, "visible_until": torch.full_like(meta["visible_until"], math.inf)}
+        return attention_inputs(meta, implementation, self.args.attention_window_s, dtype)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        mode = "train" if self.model.training else "eval"
+        meta = {key: inputs.pop(key) for key in METADATA_KEYS if key in inputs}
+        labels = inputs.pop("labels")
+        dtype = torch.bfloat16 if self.args.bf16 else next(model.parameters()).dtype
+        inputs.update(self._attention_kwargs(meta, dtype))
+
+        # Project only the positions that predict a label: agent tokens are a small share of a timeline, and the
+        # model's own LM head (PEFT-wrapped when new token rows train) applies, unlike a fused head.
+        targets_all = labels[:, 1:]
+        positions = (targets_all != IGNORE_INDEX).any(dim=0).nonzero().squeeze(-1)
+        outputs = model(**inputs, use_cache=False, logits_to_keep=positions)
+        logits = outputs.logits.float()
+        targets = targets_all[:, positions]
+        label_mask = targets != IGNORE_INDEX
+        nll = torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), targets.masked_fill(~label_mask, 0), reduction="none"
+        ).masked_fill(~label_mask, 0.0)
+        num_tokens = label_mask.sum() if num_items_in_batch is None else num_items_in_batch
+        loss = nll.sum() / torch.as_tensor(num_tokens, device=nll.device).clamp(min=1)
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * (self.accelerator.num_processes // self.get_tp_size())
+
+        with torch.no_grad():
+            actions = meta["action"][:, 1:][:, positions].to(label_mask.device)
+            self._log_token_metrics(mode, logits, nll, label_mask, targets, actions)
+        if mode == "train":
+            # Padding arrives at time inf; every other position is a token the model processed.
+            real_tokens = torch.isfinite(meta["time"]).sum()
+            self._total_train_tokens += self.accelerator.gather_for_metrics(real_tokens).sum().item()
+        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+        return (loss, outputs) if return_outputs else loss
+
+    def _log_token_metrics(self, mode, logits, nll, label_mask, targets, actions) -> None:
+        """Token accuracy and entropy as TRL logs them, plus loss and accuracy per action type."""
+        gather = self.accelerator.gather_for_metrics
+        valid = gather(label_mask.sum()).sum()
+        if valid == 0:
+            return
+        is_top1 = (logits.argmax(dim=-1) == targets) & label_mask
+        log_probs = logits.log_softmax(dim=-1)
+        entropy = -(log_probs.exp() * log_probs).sum(dim=-1).masked_fill(~label_mask, 0.0)
+        self._metrics[mode]["mean_token_accuracy"].append((gather(is_top1.sum()).sum() / valid).item())
+        self._metrics[mode]["entropy"].append((gather(entropy.sum()).sum() / valid).item())
+        nll = nll.detach()
+        for code, name in enumerate(ACTION_TYPES):
+            if name == "none":
+                continue
+            selected = label_mask & (actions == code)
+            count = gather(selected.sum()).sum()
+            if count == 0:
+                continue
+            self._metrics[mode][f"loss/{name}"].append((gather(nll[selected].sum()).sum() / count).item())
+            self._metrics[mode][f"accuracy/{name}"].append((gather(is_top1[selected].sum()).sum() / count).item())

@@ -1,0 +1,178 @@
+"""Training: configs parse, tiny Qwen2/Llama SFT steps, LoRA touches only adapters and new rows, resume, accelerate."""
+
+import glob
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from clocktune.train.sft import make_parser, run
+from data_gen.config import GeneratorConfig, load_config
+from data_gen.writer import GenerationJob, run_generation
+from tests.tiny_tokenizer import tiny_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64)
+ARCHITECTURES = {
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, "qwen2.5"),
+    "llama": (LlamaConfig, LlamaForCausalLM, "llama3.2"),
+}
+
+
+@pytest.fixture(scope="module")
+def timelines(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("timelines")
+    run_generation(GenerationJob(GeneratorConfig(), 16, 5, out, shard_size=16), progress=False)
+    return out / "data"
+
+
+def tiny_model_dir(root: Path, architecture: str) -> Path:
+    config_class, model_class, model_format = ARCHITECTURES[architecture]
+    tokenizer = tiny_tokenizer(model_format)
+    torch.manual_seed(0)
+    config = config_class(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True, **TINY)
+    path = root / architecture
+    model_class(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def sft_args(model_dir: Path, data: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--model_name_or_path", str(model_dir), "--train_data", str(data), "--output_dir", str(out),
+        "--attn_implementation", "sdpa", "--dtype", "float32", "--use_cpu", "--bf16", "false",
+        "--gradient_checkpointing", "false", "--max_steps", "3", "--per_device_train_batch_size", "2",
+        "--max_length", "6144", "--learning_rate", "1e-2", "--logging_steps", "1", "--report_to", "none",
+        "--save_strategy", "no", "--seed", "0", "--lr_scheduler_type", "constant", *extra,
+    ]  # fmt: skip
+
+
+def test_every_yaml_under_configs_parses():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    files = sorted(glob.glob(str(REPO / "configs" / "**" / "*.yaml"), recursive=True))
+    assert len(files) >= 13
+    for path in files:
+        first_line = Path(path).read_text().splitlines()[0]
+        assert first_line.startswith("# "), f"{path} must start with its launch line"
+        if "/accelerate/" in path:
+            assert load_config_from_file(path).num_processes >= 1
+        elif "/datagen/" in path:
+            load_config(path)
+        else:
+            assert "recipes/sft.py" in first_line
+            # bf16 needs a GPU; everything else in the file goes through the recipe's own parser.
+            data_args, training_args, model_args = make_parser().parse_args_and_config(
+                args=["--config", path, "--bf16", "false"]
+            )
+            assert data_args.train_data and model_args.model_name_or_path
+            if training_args.report_to and "/smollm2" not in path:
+                assert training_args.report_to == ["wandb"]
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "llama"])
+def test_full_sft_changes_weights_and_logs_finite_loss(tmp_path, timelines, architecture):
+    model_dir = tiny_model_dir(tmp_path, architecture)
+    trainer = run(sft_args(model_dir, timelines, tmp_path / "out"))
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
+    assert any(key.startswith("accuracy/") for entry in trainer.state.log_history for key in entry)
+    before = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(tmp_path / "out").state_dict()
+    changed = [
+        name
+        for name, value in before.items()
+        if name in after and after[name].shape == value.shape and not torch.equal(after[name], value)
+    ]
+    assert any("layers.0" in name for name in changed)
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "llama"])
+def test_lora_trains_only_adapters_and_new_token_rows(tmp_path, timelines, architecture):
+    model_dir = tiny_model_dir(tmp_path, architecture)
+    lora = ["--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
+    trainer = run(sft_args(model_dir, timelines, tmp_path / "out", *lora))
+    trainable = [name for name, parameter in trainer.model.named_parameters() if parameter.requires_grad]
+    assert trainable and all("lora_" in name or "trainable_tokens" in name for name in trainable), trainable
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    merged = trainer.model.merge_and_unload().state_dict()
+    old_vocab = base["model.embed_tokens.weight"].shape[0]
+    embed = merged["model.embed_tokens.weight"]
+    # Old rows are untouched; the clock-token and marker rows moved.
+    assert torch.equal(embed[:old_vocab], base["model.embed_tokens.weight"])
+    assert embed.shape[0] > old_vocab
+    new_rows = embed[old_vocab:]
+    assert not torch.allclose(new_rows, new_rows.mean(dim=0, keepdim=True).expand_as(new_rows))
+    for name in ("mlp.up_proj.weight", "post_attention_layernorm.weight", "self_attn.k_proj.weight"):
+        key = f"model.layers.0.{name}"
+        assert torch.equal(merged[key], base[key]), key
+    assert not torch.equal(
+        merged["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"]
+    )
+
+
+def test_resume_continues_at_the_checkpoint_with_the_same_data(tmp_path, timelines):
+    from transformers import TrainerCallback
+
+    from clocktune.train.sft import main
+
+    model_dir = tiny_model_dir(tmp_path, "llama")
+    extra = ["--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"]
+
+    class Steps(TrainerCallback):
+        """Records the steps a run trains; with ``stop_at``, stops there like a kill right after a checkpoint."""
+
+        def __init__(self, stop_at=None):
+            self.trained, self.stop_at = [], stop_at
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.trained.append(state.global_step)
+            if state.global_step == self.stop_at:
+                control.should_training_stop = True
+
+    def train(out, callback):
+        parsed = make_parser().parse_args_and_config(args=sft_args(model_dir, timelines, out, *extra))
+        trainer = main(*parsed, callbacks=[callback])
+        return {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
+
+    uninterrupted = Steps()
+    reference = train(tmp_path / "reference", uninterrupted)
+    assert uninterrupted.trained == [1, 2, 3, 4]
+    killed = Steps(stop_at=2)
+    train(tmp_path / "resumed", killed)
+    assert killed.trained == [1, 2] and (tmp_path / "resumed" / "checkpoint-2").is_dir()
+    again = Steps()
+    resumed = train(tmp_path / "resumed", again)  # the same command, started again
+    assert again.trained == [3, 4]
+    # Same weights and same batches at steps 3 and 4 as the uninterrupted run: the same losses (up to float noise
+    # far below the gap between two different batches).
+    assert abs(reference[3] - reference[4]) > 1e-3 * reference[3]
+    for step in (3, 4):
+        assert resumed[step] == pytest.approx(reference[step], rel=1e-4)
+
+
+def test_recipe_runs_under_accelerate_launch_on_cpu(tmp_path, timelines):
+    model_dir = tiny_model_dir(tmp_path, "qwen2")
+    recipe = {
+        "model_name_or_path": str(model_dir), "dtype": "float32", "attn_implementation": "sdpa",
+        "use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_target_modules": "all-linear",
+        "train_data": [str(timelines)], "max_length": 6144, "output_dir": str(tmp_path / "out"),
+        "use_cpu": True, "bf16": False, "gradient_checkpointing": False, "max_steps": 2,
+        "per_device_train_batch_size": 2, "report_to": "none", "save_strategy": "no",
+    }  # fmt: skip
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump(recipe))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "offline"}
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
+    command += [str(REPO / "configs/accelerate/cpu.yaml"), str(REPO / "recipes/sft.py"), "--config", str(config)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "out" / "adapter_model.safetensors").exists()
+    assert (tmp_path / "out" / "tokenizer.json").exists()
