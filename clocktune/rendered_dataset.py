@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clocktune.timeline.events import Timeline
-from clocktune.timeline.io import Issue, TimelineFormatError, iter_timeline_file
+from clocktune.timeline.io import Issue, TimelineFormatError, read_timelines
 
 if TYPE_CHECKING:
     import datasets
@@ -169,11 +169,10 @@ def load_timeline_files(paths: Iterable[str | os.PathLike]) -> list[Timeline]:
     timelines: list[Timeline] = []
     issues: list[Issue] = []
     for path in files:
-        for _, item in iter_timeline_file(path):
-            if isinstance(item, list):
-                issues.extend(item)
-            else:
-                timelines.append(item)
+        try:
+            timelines.extend(read_timelines(path))
+        except TimelineFormatError as error:
+            issues.extend(error.issues)  # keep going: report every bad line of every file at once
     if issues:
         raise TimelineFormatError(issues)
     if not timelines:

@@ -119,10 +119,10 @@ def iter_timeline_lines(path: str | os.PathLike) -> Iterator[tuple[int, Timeline
 
 
 def read_timelines(path: str | os.PathLike) -> list[Timeline]:
-    """Reads every timeline of a JSON Lines file.
+    """Reads every timeline of a JSON Lines or Parquet file.
 
     Args:
-        path: A ``.jsonl`` file.
+        path: A ``.jsonl`` or ``.parquet`` file.
 
     Returns:
         The timelines in file order.
@@ -131,7 +131,7 @@ def read_timelines(path: str | os.PathLike) -> list[Timeline]:
         TimelineFormatError: Listing every bad line when any line is not a timeline.
     """
     timelines, issues = [], []
-    for _, item in iter_timeline_lines(path):
+    for _, item in iter_timeline_file(path):
         if isinstance(item, list):
             issues.extend(item)
         else:
