@@ -176,3 +176,24 @@ def test_recipe_runs_under_accelerate_launch_on_cpu(tmp_path, timelines):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "out" / "adapter_model.safetensors").exists()
     assert (tmp_path / "out" / "tokenizer.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("time_codec", "morse", "time_codec"),
+        ("model_format", "gpt", "model_format"),
+        ("mask_policy", "random", "mask_policy"),
+        ("attention_window_s", -1.0, "attention_window_s"),
+        ("packing", True, "packing"),
+        ("remove_unused_columns", True, "remove_unused_columns"),
+        ("max_length", None, "max_length"),
+    ],
+)
+def test_clock_config_rejects_bad_values(tmp_path, field, value, words):
+    from clocktune.train.config import ClockSFTConfig
+
+    with pytest.raises(ValueError, match=words):
+        ClockSFTConfig(output_dir=str(tmp_path), **{field: value})
+    config = ClockSFTConfig(output_dir=str(tmp_path))
+    assert config.dataset_kwargs["skip_prepare_dataset"] and not config.packing

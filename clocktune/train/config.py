@@ -82,6 +82,8 @@ class ClockSFTConfig(SFTConfig):
             raise ValueError("packing must be False: ClockSFTTrainer packs timelines itself, without splitting them")
         if self.remove_unused_columns:
             raise ValueError("remove_unused_columns must be False: the streaming mask needs the per-token columns")
+        if self.max_length is None:
+            raise ValueError("max_length must be set: it is the length of the packed rows")
         if self.max_timelines is not None and self.max_timelines < 1:
             raise ValueError(f"max_timelines must be at least 1, got {self.max_timelines}")
         self.dataset_kwargs = {**(self.dataset_kwargs or {}), "skip_prepare_dataset": True}
