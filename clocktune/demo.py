@@ -2,7 +2,8 @@
 
     python -m clocktune.demo --out runs/demo        # what `make demo` runs
 
-1. generates streaming dialogues (training and held-out, different seeds) with the speculative teacher;
+1. generates streaming dialogues (training and held-out, different seeds) with the speculative teacher, set by
+   configs/datagen/demo.yaml to act only on what the words support (no coin flips a model could not learn);
 2. scores SmolLM2-135M-Instruct, extended with clock tokens, at every agent decision point of the held-out
    timelines: which action does it choose (wait, call, modify, cancel, say, answer, commit)?
 3. LoRA-fine-tunes it with configs/smollm2-135m/sft_lora_cpu.yaml for a bounded time;
@@ -55,9 +56,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="runs/demo")
     parser.add_argument("--recipe", default=str(RECIPE), help="training YAML")
     parser.add_argument("--train-dialogues", type=int, default=600)
-    parser.add_argument("--eval-dialogues", type=int, default=40)
-    parser.add_argument("--max-steps", type=int, default=60)
-    parser.add_argument("--max-train-minutes", type=float, default=12.0)
+    parser.add_argument("--eval-dialogues", type=int, default=30)
+    parser.add_argument("--max-steps", type=int, default=120)
+    parser.add_argument("--max-train-minutes", type=float, default=11.0)
     parser.add_argument("--num-proc", type=int, default=2)
     args = parser.parse_args(argv)
 
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
     from data_gen.writer import GenerationJob, run_generation
 
     out = Path(args.out)
-    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "datagen" / "default.yaml")
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "datagen" / "demo.yaml")
     train_dir, eval_dir = out / "data" / "train", out / "data" / "eval"
     stats = run_generation(GenerationJob(config, args.train_dialogues, 0, train_dir), num_proc=args.num_proc)
     run_generation(GenerationJob(config, args.eval_dialogues, 1, eval_dir), num_proc=args.num_proc)

@@ -101,15 +101,20 @@ def test_lora_trains_only_adapters_and_new_token_rows(tmp_path, timelines, archi
     trainable = [name for name, parameter in trainer.model.named_parameters() if parameter.requires_grad]
     assert trainable and all("lora_" in name or "trainable_tokens" in name for name in trainable), trainable
 
+    from clocktune.train.sft import load_model_and_tokenizer
+
     base = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
     merged = trainer.model.merge_and_unload().state_dict()
     old_vocab = base["model.embed_tokens.weight"].shape[0]
     embed = merged["model.embed_tokens.weight"]
-    # Old rows are untouched; the clock-token and marker rows moved.
+    # Old rows are untouched; the clock-token and marker rows moved away from their (seeded) initialisation.
     assert torch.equal(embed[:old_vocab], base["model.embed_tokens.weight"])
-    assert embed.shape[0] > old_vocab
-    new_rows = embed[old_vocab:]
-    assert not torch.allclose(new_rows, new_rows.mean(dim=0, keepdim=True).expand_as(new_rows))
+    _, training_args, model_args = make_parser().parse_args_and_config(args=sft_args(model_dir, timelines, tmp_path))
+    initial = load_model_and_tokenizer(training_args, model_args)[0].get_input_embeddings().weight
+    assert embed.shape == initial.shape and torch.equal(initial[:old_vocab], embed[:old_vocab])
+    markers = trainer.processing_class.convert_tokens_to_ids(["<|wait|>", "<|answer|>"])
+    assert all(marker >= old_vocab for marker in markers)
+    assert all(not torch.equal(embed[marker], initial[marker]) for marker in markers)
     for name in ("mlp.up_proj.weight", "post_attention_layernorm.weight", "self_attn.k_proj.weight"):
         key = f"model.layers.0.{name}"
         assert torch.equal(merged[key], base[key]), key
