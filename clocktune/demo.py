@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
         "train_seconds": round(train_seconds, 1),
         "next_action_accuracy_before": round(before["next_action_accuracy"], 4),
         "next_action_accuracy_after": round(after["next_action_accuracy"], 4),
+        "next_action_accuracy_always_wait": round(after["next_action_accuracy_always_wait"], 4),
         "decision_accuracy_before": round(before["decision_accuracy"], 4),
         "decision_accuracy_after": round(after["decision_accuracy"], 4),
         "eval_loss_before": round(before["eval_loss"], 4),
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
             )
         ]
     )
+    print(f"always choosing wait would score {summary['next_action_accuracy_always_wait']:.3f} next-action accuracy")
     print(f"trained {summary['train_steps']} steps in {summary['train_seconds']} s; summary in {out / 'summary.json'}")
     return summary
 

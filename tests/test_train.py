@@ -202,3 +202,23 @@ def test_clock_config_rejects_bad_values(tmp_path, field, value, words):
         ClockSFTConfig(output_dir=str(tmp_path), **{field: value})
     config = ClockSFTConfig(output_dir=str(tmp_path))
     assert config.dataset_kwargs["skip_prepare_dataset"] and not config.packing
+
+
+def test_next_action_report_counts_every_agent_decision(tmp_path, timelines):
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from clocktune.rendered_dataset import load_timeline_files
+    from clocktune.train.next_action import action_type, evaluate_next_action
+
+    held_out = load_timeline_files([timelines])[:3]
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, **TINY)).eval()
+    report = evaluate_next_action(model, tokenizer, held_out)
+    gold = [action_type(e) for timeline in held_out for e in timeline.events if e.source == "agent"]
+    assert report.points == len(gold) == sum(report.confusion.values())
+    assert report.decision_points == sum(kind != "wait" for kind in gold)
+    assert sorted(g for (g, _), n in report.confusion.items() for _ in range(n)) == sorted(gold)
+    summary = report.summary()
+    assert summary["next_action_accuracy_always_wait"] == pytest.approx(gold.count("wait") / len(gold))
+    assert 0 <= summary["next_action_accuracy"] <= 1 and math.isfinite(summary["eval_loss"])

@@ -54,8 +54,11 @@ class NextActionReport:
 
     def summary(self) -> dict[str, Any]:
         """Accuracies and mean loss as plain numbers."""
+        gold_wait = sum(count for (gold, _), count in self.confusion.items() if gold == "wait")
         return {
             "next_action_accuracy": self.correct / self.points if self.points else math.nan,
+            # What always choosing `wait` would score: the floor a trained policy must clear.
+            "next_action_accuracy_always_wait": gold_wait / self.points if self.points else math.nan,
             "decision_accuracy": self.decision_correct / self.decision_points if self.decision_points else math.nan,
             "eval_loss": self.loss_sum / self.loss_tokens if self.loss_tokens else math.nan,
             "decision_points": self.points,
