@@ -23,7 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-EMBEDDED = "embedded"
 DEFAULT_CODEC = "abs_bins"
 
 
@@ -61,10 +60,10 @@ def load_tokenizer(name: str) -> Any:
     """
     from transformers import AutoTokenizer
 
-    if name == EMBEDDED:
-        from clocktune.models import embedded_model_path
+    from clocktune.models import EMBEDDED, resolve_model_path
 
-        name = str(embedded_model_path())
+    if name == EMBEDDED:
+        name = resolve_model_path(name)
     elif name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
         # Otherwise transformers reports it as a malformed Hub id.
         raise FileNotFoundError(f"{name}: no such tokenizer folder")
@@ -394,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the JSON Schema of one timeline line")
     schema.add_argument("--out", default=None, help="write to this file instead of stdout")
     schema.set_defaults(func=cmd_schema)
+
+    from clocktune.models import EMBEDDED
 
     tokenizer_help = f"tokenizer folder or Hub id; {EMBEDDED!r} is the embedded SmolLM2-135M-Instruct"
     codec_help = f"time codec; default: the tokenizer's when already extended, else {DEFAULT_CODEC}"

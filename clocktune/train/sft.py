@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 
 from trl import ModelConfig, TrlParser, get_peft_config
 
+from clocktune.models import resolve_model_path
 from clocktune.train.config import ClockSFTConfig
-
-EMBEDDED = "embedded"
 
 
 @dataclass
@@ -36,15 +35,6 @@ class TimelineDataArguments:
 
     train_data: list[str] = field(default_factory=list, metadata={"help": "Timeline files or folders to train on."})
     eval_data: list[str] | None = field(default=None, metadata={"help": "Timeline files or folders to evaluate on."})
-
-
-def resolve_model_path(name_or_path: str) -> str:
-    """``"embedded"`` names the SmolLM2-135M-Instruct shipped with clocktune; anything else is a Hub id or a path."""
-    if name_or_path == EMBEDDED:
-        from clocktune.models import embedded_model_path
-
-        return str(embedded_model_path())
-    return name_or_path
 
 
 def infer_model_format(model_type: str, tokenizer) -> str:
