@@ -87,9 +87,10 @@ class ClockSFTTrainer(SFTTrainer):
         logits = outputs.logits.float()
         targets = targets_all[:, positions]
         label_mask = targets != IGNORE_INDEX
-        nll = torch.nn.functional.cross_entropy(
-            logits.transpose(1, 2), targets.masked_fill(~label_mask, 0), reduction="none"
-        ).masked_fill(~label_mask, 0.0)
+        # One log-softmax serves the loss and the entropy metric.
+        log_probs = logits.log_softmax(dim=-1)
+        nll = -log_probs.gather(-1, targets.masked_fill(~label_mask, 0).unsqueeze(-1)).squeeze(-1)
+        nll = nll.masked_fill(~label_mask, 0.0)
         num_tokens = label_mask.sum() if num_items_in_batch is None else num_items_in_batch
         loss = nll.sum() / torch.as_tensor(num_tokens, device=nll.device).clamp(min=1)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
@@ -97,7 +98,7 @@ class ClockSFTTrainer(SFTTrainer):
 
         with torch.no_grad():
             actions = meta["action"][:, 1:][:, positions].to(label_mask.device)
-            self._log_token_metrics(mode, logits, nll, label_mask, targets, actions)
+            self._log_token_metrics(mode, log_probs, nll, label_mask, targets, actions)
         if mode == "train":
             # Padding arrives at time inf; every other position is a token the model processed.
             real_tokens = torch.isfinite(meta["time"]).sum()
@@ -105,14 +106,14 @@ class ClockSFTTrainer(SFTTrainer):
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
         return (loss, outputs) if return_outputs else loss
 
-    def _log_token_metrics(self, mode, logits, nll, label_mask, targets, actions) -> None:
+    def _log_token_metrics(self, mode, log_probs, nll, label_mask, targets, actions) -> None:
         """Token accuracy and entropy as TRL logs them, plus loss and accuracy per action type."""
         gather = self.accelerator.gather_for_metrics
         valid = gather(label_mask.sum()).sum()
         if valid == 0:
             return
-        is_top1 = (logits.argmax(dim=-1) == targets) & label_mask
-        log_probs = logits.log_softmax(dim=-1)
+        log_probs = log_probs.detach()
+        is_top1 = (log_probs.argmax(dim=-1) == targets) & label_mask
         entropy = -(log_probs.exp() * log_probs).sum(dim=-1).masked_fill(~label_mask, 0.0)
         self._metrics[mode]["mean_token_accuracy"].append((gather(is_top1.sum()).sum() / valid).item())
         self._metrics[mode]["entropy"].append((gather(entropy.sum()).sum() / valid).item())
