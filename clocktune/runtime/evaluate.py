@@ -1,0 +1,218 @@
+"""The latency/accuracy benchmark: every timeline under a policy and a baseline, on the same clock and seeds.
+
+``evaluate`` plays each timeline's user side against both policies (concurrently, on the virtual clock by
+default), scores every session against ground truth, and summarises: accuracy, response-latency percentiles, the
+speedup over the baseline (median ratio and mean of per-dialogue ratios), wasted calls, notices and side-effect
+violations. ``write_report`` adds the per-dialogue JSONL, the summary, a latency CDF and a Gantt chart of one
+dialogue under each policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clocktune.runtime.scoring import DialogueResult, score_session
+from clocktune.runtime.session import Policy, Session, SessionConfig, SessionLog
+from clocktune.runtime.virtual_clock import run_on_clock
+from clocktune.timeline.events import Timeline
+from clocktune.timeline.io import atomic_write_lines
+
+# policy_factory(timeline) -> a fresh policy for one session.
+PolicyFactory = Callable[[Timeline], Policy]
+
+
+@dataclass
+class PolicyRun:
+    """The sessions of one policy over a set of timelines.
+
+    Args:
+        name: Policy name.
+        results: Scores, in timeline order.
+        logs: Session logs, in timeline order.
+    """
+
+    name: str
+    results: list[DialogueResult]
+    logs: list[SessionLog] = field(repr=False)
+
+
+async def _play(
+    timelines: Sequence[Timeline], factory: PolicyFactory, config: SessionConfig, concurrency: int
+) -> list[SessionLog]:
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(timeline: Timeline) -> SessionLog:
+        async with limit:
+            return await Session(timeline, factory(timeline), config).run()
+
+    return await asyncio.gather(*(one(timeline) for timeline in timelines))
+
+
+def run_policy(
+    name: str,
+    timelines: Sequence[Timeline],
+    factory: PolicyFactory,
+    config: SessionConfig,
+    concurrency: int = 10_000,
+) -> PolicyRun:
+    """Runs every timeline under one policy and scores it.
+
+    Args:
+        name: Policy name for the results.
+        timelines: Recorded timelines whose user side is replayed.
+        factory: Builds the policy of one session.
+        config: Session config (clock, device profile, injected failures).
+        concurrency: Sessions in flight at once (all of them on the virtual clock; model policies on the wall
+            clock want fewer).
+
+    Returns:
+        The run.
+    """
+    logs = run_on_clock(_play(timelines, factory, config, concurrency), config.clock)
+    return PolicyRun(name, [score_session(log, name) for log in logs], list(logs))
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q) - 1]
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def summarize_runs(policy: PolicyRun, baseline: PolicyRun, oracle: PolicyRun | None = None) -> dict[str, Any]:
+    """The benchmark's summary of a policy against a baseline on the same timelines.
+
+    Args:
+        policy: The policy's run.
+        baseline: The baseline's run (same timelines, same order).
+        oracle: Optionally the oracle's run, to report the share of its latency reduction the policy achieves.
+
+    Returns:
+        A JSON-ready dict (see the README's eval section for every key).
+    """
+    n = len(policy.results)
+    lat = [r.latency_s for r in policy.results if r.latency_s is not None]
+    base = [r.latency_s for r in baseline.results if r.latency_s is not None]
+    pairs = [
+        (b.latency_s, p.latency_s)
+        for p, b in zip(policy.results, baseline.results, strict=True)
+        if p.latency_s is not None and b.latency_s is not None and p.latency_s > 0
+    ]
+    p50, base_p50 = _percentile(lat, 50), _percentile(base, 50)
+    summary: dict[str, Any] = {
+        "policy": policy.name,
+        "baseline": baseline.name,
+        "dialogues": n,
+        "accuracy": _rounded(sum(r.accurate for r in policy.results) / n),
+        "baseline_accuracy": _rounded(sum(r.accurate for r in baseline.results) / n),
+        "answered": _rounded(sum(r.answered for r in policy.results) / n),
+        "latency_p50_s": _rounded(p50),
+        "latency_p90_s": _rounded(_percentile(lat, 90)),
+        "baseline_latency_p50_s": _rounded(base_p50),
+        "baseline_latency_p90_s": _rounded(_percentile(base, 90)),
+        "speedup_p50": _rounded(base_p50 / p50) if p50 and base_p50 else None,
+        "speedup_mean": _rounded(statistics.fmean(b / p for b, p in pairs)) if pairs else None,
+        "wasted_calls_per_dialogue": _rounded(sum(r.wasted_calls for r in policy.results) / n),
+        "wasted_tool_s_per_dialogue": _rounded(sum(r.wasted_tool_s for r in policy.results) / n),
+        "notices_per_dialogue": _rounded(sum(r.notices for r in policy.results) / n),
+        "side_effect_violations": sum(r.side_effect_violations for r in policy.results + baseline.results),
+    }
+    if oracle is not None:
+        oracle_p50 = _percentile([r.latency_s for r in oracle.results if r.latency_s is not None], 50)
+        summary["oracle_latency_p50_s"] = _rounded(oracle_p50)
+        summary["oracle_accuracy"] = _rounded(sum(r.accurate for r in oracle.results) / n)
+        gain = (base_p50 - oracle_p50) if base_p50 is not None and oracle_p50 is not None else None
+        summary["share_of_oracle_reduction"] = _rounded((base_p50 - p50) / gain) if gain and p50 is not None else None
+        summary["oracle_side_effect_violations"] = sum(r.side_effect_violations for r in oracle.results)
+    return summary
+
+
+def format_table(runs: Sequence[PolicyRun], baseline: PolicyRun) -> str:
+    """A short text table: one row per policy with accuracy, latency percentiles and speedup over the baseline.
+
+    Args:
+        runs: Policy runs, baseline included or not.
+        baseline: The run the speedups divide.
+
+    Returns:
+        The table.
+    """
+    base_p50 = _percentile([r.latency_s for r in baseline.results if r.latency_s is not None], 50)
+    lines = [f"{'policy':<14}{'accuracy':>9}{'p50 s':>8}{'p90 s':>8}{'speedup':>9}{'wasted':>8}{'violations':>11}"]
+    for run in runs:
+        lat = [r.latency_s for r in run.results if r.latency_s is not None]
+        p50, p90 = _percentile(lat, 50), _percentile(lat, 90)
+        n = len(run.results)
+        speedup = f"{base_p50 / p50:.2f}x" if p50 and base_p50 else "-"
+        lines.append(
+            f"{run.name:<14}{sum(r.accurate for r in run.results) / n:>9.3f}"
+            f"{p50 if p50 is not None else float('nan'):>8.3f}{p90 if p90 is not None else float('nan'):>8.3f}"
+            f"{speedup:>9}{sum(r.wasted_calls for r in run.results) / n:>8.2f}"
+            f"{sum(r.side_effect_violations for r in run.results):>11d}"
+        )
+    return "\n".join(lines)
+
+
+def plot_latency_cdf(runs: Sequence[PolicyRun], path: str | os.PathLike) -> None:
+    """Draws the response-latency CDF of each run on one axis and saves it (PNG).
+
+    Args:
+        runs: Policy runs.
+        path: Output image.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for run in runs:
+        lat = sorted(r.latency_s for r in run.results if r.latency_s is not None)
+        if lat:
+            ax.step(lat, [(i + 1) / len(run.results) for i in range(len(lat))], where="post", label=run.name)
+    ax.set_xlabel("response latency: end of speech to answer (s)")
+    ax.set_ylabel("fraction of dialogues")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(
+    out_dir: str | os.PathLike, runs: Sequence[PolicyRun], summary: dict[str, Any], index: int = 0
+) -> None:
+    """Writes ``results.jsonl`` (one line per dialogue and policy), ``summary.json``, ``latency_cdf.png`` and
+    ``gantt_<policy>.png`` (dialogue ``index`` under each policy); every file atomically.
+
+    Args:
+        out_dir: Output folder (created).
+        runs: Policy runs.
+        summary: The summary to write.
+        index: Which dialogue the Gantt charts show.
+    """
+    from data_gen.show import draw_gantt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_lines(out / "results.jsonl", (json.dumps(r.to_dict()) + "\n" for run in runs for r in run.results))
+    atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])
+    for name, draw in (("latency_cdf.png", lambda p: plot_latency_cdf(runs, p)),) + tuple(
+        (f"gantt_{run.name}.png", lambda p, run=run: draw_gantt(run.logs[index].timeline, p)) for run in runs
+    ):
+        staging = out / f".{name}.tmp.png"
+        draw(staging)
+        os.replace(staging, out / name)

@@ -1,0 +1,137 @@
+"""A local Hugging Face causal LM as the policy: the shared renderer feeds it incrementally over a KV cache.
+
+Every event the session logs is appended to a :class:`~clocktune.render.Renderer` and its ids are fed to the
+model, so the model's context is exactly ``render(session_log)`` (DESIGN.md §3). To act, the policy feeds the
+renderer's prompt (assistant header and clock) and decodes greedily up to the format's end-of-message token; it
+then drops the prompt and the generated tokens from the cache and, once the session accepts the action, feeds
+the renderer's canonical ids for it, so a model that split the same text into other tokens still sees what
+training showed it.
+
+Attention over the cache follows the streaming mask (DESIGN.md §4): each fed token attends to the earlier tokens
+still visible at its time, and to itself, through an additive 4D mask; hidden partials and superseded results
+stop being attended the moment they are hidden.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from clocktune.actions import ActionParseError, parse_action
+from clocktune.render import Renderer
+from clocktune.runtime.session import Decision
+from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
+
+
+class ModelPolicy:
+    """Greedy decoding of a causal LM over the session's rendered context.
+
+    Args:
+        model: A causal LM whose embeddings match the extended ``tokenizer`` (plain or PEFT).
+        tokenizer: Tokenizer extended with the clock tokens and format markers.
+        timeline: The session's timeline (its tools go in the system prompt).
+        name: Name recorded in results.
+        max_new_tokens: Longest action the model may write.
+    """
+
+    def __init__(
+        self, model: Any, tokenizer: Any, timeline: Timeline, name: str = "model", max_new_tokens: int = 128
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.tokenizer = tokenizer
+        self.renderer = Renderer(tokenizer, timeline.tools)
+        fmt = self.renderer.encoding.model_format
+        self.model_format = fmt
+        end_ids = tokenizer.encode(fmt.end, add_special_tokens=False)
+        if len(end_ids) != 1:
+            raise ValueError(f"the end-of-message text {fmt.end!r} must be one token, got {end_ids}")
+        self.end_id = end_ids[0]
+        self.max_new_tokens = max_new_tokens
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.cache: Any = None
+        self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
+        self.generated_tokens = 0
+
+    def observe(self, events: list[Event]) -> int:
+        """Appends events to the rendered context (fed lazily, at the next ``act``).
+
+        Args:
+            events: New session events.
+
+        Returns:
+            Context tokens added for events the policy did not write (the prefill to charge).
+        """
+        added = 0
+        for event in events:
+            ids = self.renderer.append(event)
+            if event.kind not in AGENT_KINDS:
+                added += len(ids)
+        return added
+
+    def _mask(self, start: int, times: list[float], visible_until: list[float]) -> torch.Tensor:
+        # Rows: tokens start..start+n-1 at their times; columns: every token in the cache and the new ones.
+        n = len(times)
+        total = start + n
+        until = torch.tensor(visible_until[:total], dtype=torch.float64)
+        time = torch.tensor(times, dtype=torch.float64)
+        k = torch.arange(total)
+        q = torch.arange(start, total)
+        allowed = (k[None, :] <= q[:, None]) & (until[None, :] > time[:, None])
+        allowed |= k[None, :] == q[:, None]
+        mask = torch.zeros(n, total, dtype=self.dtype)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[None, None].to(self.device)
+
+    def _forward(self, ids: list[int], times: list[float], visible_until: list[float]) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        if self.cache is None:
+            self.cache = DynamicCache()
+        start = self.cache.get_seq_length()
+        positions = torch.arange(start, start + len(ids), device=self.device)[None]
+        output = self.model(
+            input_ids=torch.tensor([ids], device=self.device),
+            attention_mask=self._mask(start, times, visible_until),
+            position_ids=positions,
+            cache=self.cache,
+            use_cache=True,
+        )
+        return output.logits[0, -1]
+
+    @torch.no_grad()
+    def act(self, t: float) -> Decision:
+        """Generates the next action at time ``t``.
+
+        Args:
+            t: The session time of the action.
+
+        Returns:
+            The parsed action and the tokens generated, or the parse error.
+        """
+        rendering = self.renderer.rendering
+        kept = len(self.fed_ids)
+        pending = rendering.input_ids[kept:]
+        prompt = self.renderer.prompt_for_action(t)
+        times = rendering.time[kept:] + [t] * len(prompt)
+        until = rendering.visible_until + [math.inf] * (len(prompt) + self.max_new_tokens)
+        logits = self._forward(pending + prompt, times, until)
+        self.fed_ids += pending
+        generated: list[int] = []
+        while True:
+            token = int(logits.argmax())
+            generated.append(token)
+            if token == self.end_id or len(generated) >= self.max_new_tokens:
+                break
+            logits = self._forward([token], [t], until)
+        # Prompt and generated tokens leave the cache: the accepted action comes back as canonical ids.
+        self.cache.crop(len(self.fed_ids) - self.cache.get_seq_length())
+        self.generated_tokens += len(generated)
+        text = self.tokenizer.decode(generated, skip_special_tokens=False)
+        try:
+            return Decision(parse_action(text, self.model_format), len(generated))
+        except ActionParseError as error:
+            return Decision(None, len(generated), str(error))

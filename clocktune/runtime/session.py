@@ -1,0 +1,400 @@
+"""One live session: the user's speech replayed from a timeline, the tool executor, and a policy, on one clock.
+
+The agent loop mirrors the generator's planner (``data_gen.planner``) so that a policy meets exactly the
+situations it was trained on: events that arrive while the agent is busy enter its context together at the next
+action boundary, reading them costs prefill time, every action costs decode time (virtual clock: charged through
+the device profile; wall clock: the time it really took), and new events interrupt the policy between actions.
+
+Invalid actions (unparsable output, unknown call ids, a commit before the user has finished, ...) are not
+executed: the session logs a ``notice`` saying why and asks again, at most ``max_retries`` times in a row, and ends
+a session that has used up ``max_notices``. The session logs every event it feeds the policy; the log is a
+timeline that renders to exactly the ids a model policy was fed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from clocktune.actions import Action
+from clocktune.clock import DeviceProfile
+from clocktune.runtime.executor import ToolExecutor
+from clocktune.timeline.events import Event, Timeline
+from clocktune.timeline.refs import iter_refs
+from data_gen.backends import ToolBackend, make_backend
+
+
+@dataclass
+class Decision:
+    """What a policy produced at one action boundary.
+
+    Args:
+        action: The parsed action, or ``None`` when the output was not a valid action.
+        tokens: Tokens generated (charged as decode time on the virtual clock).
+        error: Why the output did not parse (becomes a notice).
+    """
+
+    action: Action | None
+    tokens: int
+    error: str | None = None
+
+
+class Policy(Protocol):
+    """Decides the agent's actions. ``observe`` receives every event the session logs, in order (the agent's
+    own accepted actions and notices included) and returns how many new context tokens it read; ``act`` returns
+    the next action at time ``t``."""
+
+    def observe(self, events: list[Event]) -> int: ...
+
+    def act(self, t: float) -> Decision: ...
+
+
+@dataclass
+class SessionConfig:
+    """How a session runs.
+
+    Args:
+        device: Compute profile charged on the virtual clock.
+        clock: ``virtual`` (reproducible, charged compute) or ``wall`` (real time).
+        failure_rate: Injected probability that a tool call fails.
+        tool_timeout_s: Calls slower than this fail with a timeout.
+        max_retries: Invalid actions in a row before the session stops asking until the next event.
+        max_notices: Notices after which the session gives up.
+        turn_limit_s: Seconds after the end of speech after which an unanswered turn ends the session.
+    """
+
+    device: DeviceProfile = field(default_factory=DeviceProfile)
+    clock: str = "virtual"
+    failure_rate: float = 0.0
+    tool_timeout_s: float | None = 10.0
+    max_retries: int = 2
+    max_notices: int = 12
+    turn_limit_s: float = 60.0
+
+
+@dataclass
+class SessionLog:
+    """What one session produced.
+
+    Args:
+        timeline: The recorded timeline's header with the session's own events.
+        final_state: Backend state at the end.
+        answered: Whether every turn got a final answer.
+        notices: Number of notices given.
+        dispatches: Tool requests started.
+        wasted_dispatches: Requests whose results were cancelled, superseded or never used.
+        wasted_tool_s: Tool time spent on aborted requests.
+        end_reason: ``done``, ``gave_up`` (too many notices) or ``timeout`` (a turn went unanswered).
+    """
+
+    timeline: Timeline
+    final_state: dict[str, Any]
+    answered: bool
+    notices: int
+    dispatches: int
+    wasted_dispatches: int
+    wasted_tool_s: float
+    end_reason: str
+
+
+def utterances(timeline: Timeline) -> tuple[list[list[Event]], list[float]]:
+    """Splits a recorded timeline's user chunks into utterances and measures the pause before each next one.
+
+    Args:
+        timeline: A recorded timeline.
+
+    Returns:
+        The chunks of each utterance, and for each utterance after the first the seconds between the previous
+        turn's final answer and its first chunk (what the user waits before speaking again).
+    """
+    turns: list[list[Event]] = [[]]
+    gaps: list[float] = []
+    last_answer_t: float | None = None
+    for event in timeline.events:
+        if event.kind == "user_chunk":
+            if not turns[-1] and len(turns) > 1:
+                gaps.append(max(0.0, event.t - (last_answer_t if last_answer_t is not None else event.t)))
+            turns[-1].append(event)
+            if event.final:
+                turns.append([])
+        elif event.kind == "say" and event.final:
+            last_answer_t = event.t
+    if not turns[-1]:
+        turns.pop()
+    while len(gaps) < len(turns) - 1:
+        gaps.append(1.0)
+    return turns, gaps
+
+
+class Session:
+    """Runs one timeline's user side against a policy.
+
+    Args:
+        timeline: Recorded timeline: its tools, initial state and user speech are replayed.
+        policy: The agent.
+        config: Session config.
+        backend: Tool backend; defaults to ``make_backend(timeline)``.
+    """
+
+    def __init__(
+        self, timeline: Timeline, policy: Policy, config: SessionConfig, backend: ToolBackend | None = None
+    ) -> None:
+        self.timeline = timeline
+        self.policy = policy
+        self.config = config
+        self.backend = backend if backend is not None else make_backend(timeline)
+        self.tools = {tool.name: tool for tool in timeline.tools}
+        self.turns, self.gaps = utterances(timeline)
+        self.events: list[Event] = []
+        self._inbox: list[dict[str, Any]] = []
+        self._wake = asyncio.Event()
+        self._speech_pending = 0
+        self._turn = 0
+        self._heard_final = False
+        self._done = False
+        self._answered_turns = 0
+        self._notices = 0
+        self._end_reason = "done"
+        self._last_chunk_id: dict[str, str] = {}  # recorded chunk id -> logged id (for revisions)
+
+    # Event sources ------------------------------------------------------------------------------------------
+
+    def _arrive(self, fields: dict[str, Any]) -> None:
+        if fields["kind"] == "user_chunk":
+            self._speech_pending -= 1
+        self._inbox.append(fields)
+        self._wake.set()
+
+    def _schedule_turn(self, index: int, start: float) -> None:
+        chunks = self.turns[index]
+        offset = start - chunks[0].t
+        for chunk in chunks:
+            self._speech_pending += 1
+            fields = {"kind": "user_chunk", "text": chunk.text, "final": chunk.final, "recorded": chunk.id}
+            if chunk.revises is not None:
+                fields["revises"] = chunk.revises
+            self._loop.call_at(self._t0 + chunk.t + offset, self._arrive, fields)
+
+    def _deliver(self, call_id: str, content: Any, error: str | None) -> None:
+        self._arrive({"kind": "tool_result", "call_id": call_id, "content": content, "error": error})
+
+    # Log ----------------------------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """Seconds since the session started."""
+        return round(self._loop.time() - self._t0, 3)
+
+    def _log(self, t: float, kind: str, source: str, **fields: Any) -> Event:
+        event = Event(f"e{len(self.events)}", t, kind, source, **fields)
+        self.events.append(event)
+        return event
+
+    def _ingest(self) -> list[Event]:
+        t = self.now()
+        logged = []
+        for fields in self._inbox:
+            kind = fields["kind"]
+            if kind == "user_chunk":
+                revises = self._last_chunk_id.get(fields.get("revises", ""))
+                event = self._log(t, "user_chunk", "user", text=fields["text"], final=fields["final"], revises=revises)
+                self._last_chunk_id[fields["recorded"]] = event.id
+                if fields["final"]:
+                    self._heard_final = True
+            else:
+                event = self._log(
+                    t,
+                    "tool_result",
+                    "tool",
+                    call_id=fields["call_id"],
+                    content=fields["content"],
+                    error=fields["error"],
+                )
+            logged.append(event)
+        self._inbox.clear()
+        return logged
+
+    def _notice(self, t: float, text: str) -> Event:
+        self._notices += 1
+        return self._log(t, "notice", "system", text=text)
+
+    # Validation ---------------------------------------------------------------------------------------------
+
+    def _check_arguments(self, name: str, arguments: Any) -> str | None:
+        if not isinstance(arguments, dict):
+            return f"arguments of {name} must be an object"
+        parameters = self.tools[name].parameters
+        properties = parameters.get("properties", {})
+        missing = [key for key in parameters.get("required", []) if key not in arguments]
+        if missing:
+            return f"{name} needs argument(s) {missing}"
+        if parameters.get("additionalProperties") is False:
+            unknown = [key for key in arguments if key not in properties]
+            if unknown:
+                return f"{name} has no argument(s) {unknown}"
+        for target in iter_refs(arguments):
+            call = self.executor.calls.get(target)
+            if call is None or call.cancelled:
+                return f"$ref to unknown or cancelled call {target!r}"
+        return None
+
+    def _check(self, action: Action) -> str | None:
+        """Why the action cannot be executed now, or ``None``."""
+        kind = action.kind
+        if kind == "tool_call":
+            if action.name not in self.tools:
+                return f"unknown tool {action.name!r}; tools: {sorted(self.tools)}"
+            if action.call_id in self.executor.calls:
+                return f"call id {action.call_id!r} is already used; pick a new one"
+            return self._check_arguments(action.name, action.arguments)
+        if kind in ("tool_modify", "tool_cancel"):
+            call = self.executor.open_call(action.call_id)
+            if call is None:
+                return f"call {action.call_id!r} is unknown, cancelled or already committed"
+            if kind == "tool_modify":
+                if action.call_id in iter_refs(action.arguments):
+                    return f"call {action.call_id!r} cannot reference itself"
+                return self._check_arguments(call.name, action.arguments)
+            return None
+        if kind == "commit" and not self._heard_final:
+            return "commit only after the user has finished speaking"
+        if kind == "say" and action.final and not self._heard_final:
+            return "the user has not finished speaking; answer after the final chunk"
+        return None
+
+    # Agent loop ---------------------------------------------------------------------------------------------
+
+    async def _charge(self, seconds: float) -> None:
+        if self.config.clock == "virtual" and seconds > 0:
+            await asyncio.sleep(seconds)
+
+    def _nothing_can_arrive(self) -> bool:
+        return not self._inbox and self._speech_pending == 0 and self.executor.in_flight == 0
+
+    async def _decide(self, t: float) -> Decision:
+        if self.config.clock == "wall":
+            return await asyncio.to_thread(self.policy.act, t)
+        return self.policy.act(t)
+
+    async def _act_until_boundary(self) -> None:
+        """Asks the policy for actions until it waits, ends the turn, or new events interrupt it."""
+        invalid = 0
+        while not self._done:
+            t = self.now()
+            decision = await self._decide(t)
+            if self.config.clock == "virtual":
+                await self._charge(self.config.device.action_s(decision.tokens))
+            action = decision.action
+            error = decision.error if action is None else self._check(action)
+            if error is not None:
+                invalid += 1
+                self.policy.observe([self._notice(self.now(), f"invalid action: {error}")])
+                if self._notices >= self.config.max_notices:
+                    self._end("gave_up")
+                    return
+                if invalid > self.config.max_retries or self._inbox:
+                    return
+                continue
+            event = action.to_event(f"e{len(self.events)}", t)
+            self.events.append(event)
+            self.policy.observe([event])
+            self._apply(action)
+            if action.kind == "wait" or (action.kind == "say" and action.final) or self._inbox:
+                return
+
+    def _apply(self, action: Action) -> None:
+        kind = action.kind
+        if kind == "tool_call":
+            self.executor.call(action.call_id, action.name, action.arguments)
+        elif kind == "tool_modify":
+            self.executor.modify(action.call_id, action.arguments)
+        elif kind == "tool_cancel":
+            self.executor.cancel(action.call_id)
+        elif kind == "commit":
+            self.executor.commit()
+        elif kind == "say" and action.final:
+            self._answered_turns += 1
+            self._turn += 1
+            self._heard_final = False
+            if self._turn == len(self.turns):
+                self._end("done")
+            else:
+                self._schedule_turn(self._turn, self._loop.time() - self._t0 + self.gaps[self._turn - 1])
+
+    def _end(self, reason: str) -> None:
+        self._done = True
+        self._end_reason = reason
+        self._wake.set()
+
+    async def _turn_watchdog(self) -> None:
+        # A policy that never answers must not hang the session (or a benchmark of thousands of them).
+        while not self._done:
+            turn = self._turn
+            await asyncio.sleep(self.config.turn_limit_s)
+            if not self._done and self._turn == turn and self._heard_final:
+                self._end("timeout")
+
+    async def run(self) -> SessionLog:
+        """Plays the session out.
+
+        Returns:
+            The session's log and outcome.
+        """
+        self._loop = asyncio.get_running_loop()
+        self._t0 = self._loop.time()
+        self.executor = ToolExecutor(
+            self.timeline.tools,
+            self.backend,
+            self.timeline.seed,
+            self._deliver,
+            self.config.failure_rate,
+            self.config.tool_timeout_s,
+            getattr(self.backend, "sequential", False),
+        )
+        if not self.turns:
+            raise ValueError(f"timeline {self.timeline.id!r} has no user speech to replay")
+        self._schedule_turn(0, self.turns[0][0].t)
+        watchdog = asyncio.ensure_future(self._turn_watchdog())
+        try:
+            while not self._done:
+                if not self._inbox:
+                    if not self._nothing_can_arrive():
+                        self._wake.clear()
+                        await self._wake.wait()
+                        continue
+                    # The policy waits for something that will never come: tell it, and let it act again.
+                    tokens = self.policy.observe([self._notice(self.now(), "nothing is pending: act now")])
+                    if self._notices >= self.config.max_notices:
+                        self._end("gave_up")
+                        break
+                else:
+                    tokens = self.policy.observe(self._ingest())
+                if self.config.clock == "virtual":
+                    await self._charge(self.config.device.prefill_s(tokens))
+                await self._act_until_boundary()
+        finally:
+            watchdog.cancel()
+            for call in self.executor.calls.values():
+                if call.timer is not None:
+                    call.timer.cancel()
+        log = Timeline(
+            id=self.timeline.id,
+            domain=self.timeline.domain,
+            task=self.timeline.task,
+            seed=self.timeline.seed,
+            teacher=getattr(self.policy, "name", type(self.policy).__name__),
+            tools=self.timeline.tools,
+            initial_state=self.timeline.initial_state,
+            ground_truth=self.timeline.ground_truth,
+            events=self.events,
+        )
+        return SessionLog(
+            timeline=log,
+            final_state=self.backend.state(),
+            answered=self._answered_turns == len(self.turns),
+            notices=self._notices,
+            dispatches=self.executor.dispatches,
+            wasted_dispatches=self.executor.wasted_dispatches,
+            wasted_tool_s=round(self.executor.wasted_tool_s, 3),
+            end_reason=self._end_reason,
+        )
