@@ -380,6 +380,47 @@ def cmd_push(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """``clocktune eval``: a policy against a baseline on the same timelines; writes results, summary and plots.
+
+    Args:
+        args: The parsed command line.
+
+    Returns:
+        The exit status, 0.
+    """
+    from clocktune.clock import PROFILES
+    from clocktune.rendered_dataset import load_timeline_files
+    from clocktune.runtime.evaluate import format_table, run_policy, summarize_runs, write_report
+    from clocktune.runtime.policies import SCRIPTED_MODELS, load_policy_model, policy_factory
+    from clocktune.runtime.session import SessionConfig
+
+    timelines = load_timeline_files(args.data)[: args.limit]
+    config = SessionConfig(device=PROFILES[args.profile], clock=args.clock, failure_rate=args.failure_rate)
+    loaded = {}
+    for path in {args.model, args.baseline_model or args.model} - set(SCRIPTED_MODELS):
+        loaded[path] = load_policy_model(path)
+    concurrency = args.concurrency or (10_000 if args.clock == "virtual" else 8)
+
+    def run(strategy: str, model: str):
+        factory = policy_factory(strategy, model, loaded.get(model))
+        return run_policy(strategy, timelines, factory, config, concurrency)
+
+    policy = run(args.policy, args.model)
+    baseline = run(args.baseline, args.baseline_model or args.model)
+    runs = [baseline, policy]
+    oracle = None
+    if args.policy != "oracle" and args.baseline != "oracle":
+        oracle = run("oracle", "scripted")
+        runs.append(oracle)
+    summary = summarize_runs(policy, baseline, oracle)
+    summary.update(profile=args.profile, clock=args.clock, failure_rate=args.failure_rate, model=args.model)
+    write_report(args.out, runs, summary)
+    print(format_table(runs, baseline))
+    print(f"wrote {args.out}/summary.json, results.jsonl, latency_cdf.png and gantt_<policy>.png")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Builds the ``clocktune`` argument parser.
 
@@ -433,6 +474,23 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--dataset-stats", default=None, help="stats.json of the training data, for the card")
     push.add_argument("--eval-summary", default=None, help="a summary.json whose numbers go in the card")
     push.set_defaults(func=cmd_push)
+
+    from clocktune.clock import PROFILES
+    from clocktune.runtime.scripted import SCRIPTED_POLICIES
+
+    evaluate = sub.add_parser("eval", help="latency/accuracy benchmark of a policy against a baseline")
+    evaluate.add_argument("--data", nargs="+", required=True, help=".jsonl/.parquet timeline files or folders")
+    evaluate.add_argument("--policy", default="speculative", help=f"scripted: {', '.join(SCRIPTED_POLICIES)}")
+    evaluate.add_argument("--baseline", default="sync", help="the policy the speedup divides (default: sync)")
+    evaluate.add_argument("--model", default="scripted", help="'scripted'/'oracle' (recorded plan) or a checkpoint")
+    evaluate.add_argument("--baseline-model", default=None, help="checkpoint of the baseline (default: --model)")
+    evaluate.add_argument("--profile", default="h200-3b", choices=sorted(PROFILES), help="device compute profile")
+    evaluate.add_argument("--clock", default="virtual", choices=["virtual", "wall"])
+    evaluate.add_argument("--failure-rate", type=float, default=0.0, help="injected tool failure probability")
+    evaluate.add_argument("--limit", type=int, default=None, help="first N timelines only")
+    evaluate.add_argument("--concurrency", type=int, default=None, help="sessions at once (default: all/8)")
+    evaluate.add_argument("--out", required=True, help="output folder")
+    evaluate.set_defaults(func=cmd_eval)
     return parser
 
 

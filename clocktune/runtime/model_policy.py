@@ -55,6 +55,7 @@ class ModelPolicy:
         self.cache: Any = None
         self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
         self.generated_tokens = 0
+        self.last_prompt_logits: torch.Tensor | None = None  # next-token logits at the last decision point
 
     def observe(self, events: list[Event]) -> int:
         """Appends events to the rendered context (fed lazily, at the next ``act``).
@@ -120,6 +121,7 @@ class ModelPolicy:
         until = rendering.visible_until + [math.inf] * (len(prompt) + self.max_new_tokens)
         logits = self._forward(pending + prompt, times, until)
         self.fed_ids += pending
+        self.last_prompt_logits = logits
         generated: list[int] = []
         while True:
             token = int(logits.argmax())

@@ -1,0 +1,74 @@
+"""Building policies by name: scripted strategies, a local Hugging Face checkpoint, or an OpenAI endpoint."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from clocktune.runtime.evaluate import PolicyFactory
+from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
+from clocktune.timeline.events import Timeline
+
+# ``--model`` values that mean "follow the recorded plan" rather than a checkpoint.
+SCRIPTED_MODELS = ("scripted", "oracle")
+
+
+def load_policy_model(path: str | os.PathLike) -> tuple[Any, Any]:
+    """Loads a trained checkpoint for inference: a full model, or a LoRA adapter merged into its base.
+
+    Args:
+        path: A folder written by training (``clocktune train``) or downloaded from the Hub.
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode.
+
+    Raises:
+        FileNotFoundError: When ``path`` is not a folder.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"model checkpoint {folder} is not a folder")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if (folder / "adapter_config.json").exists():
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(folder).merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(folder)
+    return model.eval(), tokenizer
+
+
+def policy_factory(strategy: str, model: str = "scripted", loaded: tuple[Any, Any] | None = None) -> PolicyFactory:
+    """A factory of fresh per-session policies.
+
+    Args:
+        strategy: For scripted policies, one of :data:`~clocktune.runtime.scripted.SCRIPTED_POLICIES`; for a model,
+            the name its results carry (its behaviour comes from the teacher it was trained on).
+        model: ``scripted`` (or ``oracle``): follow each timeline's recorded plan; else a checkpoint folder.
+        loaded: An already loaded ``(model, tokenizer)`` to use instead of loading ``model``.
+
+    Returns:
+        ``factory(timeline) -> policy``.
+
+    Raises:
+        ValueError: For an unknown scripted strategy.
+    """
+    if loaded is None and model in SCRIPTED_MODELS:
+        if strategy not in SCRIPTED_POLICIES:
+            raise ValueError(f"unknown policy {strategy!r}; scripted policies: {', '.join(SCRIPTED_POLICIES)}")
+
+        def scripted(timeline: Timeline) -> ScriptedPolicy:
+            return ScriptedPolicy(timeline, strategy)
+
+        return scripted
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    network, tokenizer = loaded if loaded is not None else load_policy_model(model)
+
+    def from_model(timeline: Timeline) -> ModelPolicy:
+        return ModelPolicy(network, tokenizer, timeline, name=strategy)
+
+    return from_model
