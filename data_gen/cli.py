@@ -5,6 +5,7 @@ Examples:
     clocktune-datagen validate data/demo/data/*.jsonl
     clocktune-datagen show data/demo/data/train-00000-of-00002.jsonl --index 3 --png timeline.png
     clocktune-datagen push data/demo --repo-id me/clocktune-demo
+    clocktune-datagen import-bfcl --category multi_turn_base --out data/bfcl-base
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clocktune.timeline.events import Timeline
+    from clocktune.timeline.io import Issue
 
 
 def _print_stats(stats: dict) -> None:
@@ -56,9 +62,19 @@ def _expand(paths: list[str]) -> list[Path]:
     return files
 
 
+def _replay_check(timeline: Timeline, path: str, line: int) -> list[Issue]:
+    # Imported BFCL timelines replay on BFCL's own classes; generated ones on their domain's backend.
+    if timeline.domain.startswith("bfcl"):
+        from data_gen.importers.bfcl import check_bfcl_ground_truth
+
+        return check_bfcl_ground_truth(timeline, path, line)
+    from data_gen.domains import check_ground_truth_state
+
+    return check_ground_truth_state(timeline, path, line)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from clocktune.timeline.validate import validate_file
-    from data_gen.domains import check_ground_truth_state
 
     total, bad_lines, issues_found = 0, 0, 0
     for path in _expand(args.paths):
@@ -67,7 +83,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             issues_found += 1
             continue
         try:
-            count, issues = validate_file(path, check_ground_truth_state)
+            count, issues = validate_file(path, _replay_check)
         except (OSError, UnicodeDecodeError, ValueError) as error:
             print(f"{path}:0:-: cannot read ({error})")
             issues_found += 1
@@ -112,6 +128,27 @@ def cmd_push(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_bfcl(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from data_gen.config import load_config
+    from data_gen.importers.bfcl import import_bfcl
+
+    config = load_config(args.config)
+    if args.teacher is not None:
+        config = replace(config, teacher=args.teacher)
+    result = import_bfcl(
+        args.category, Path(args.out), args.limit, args.seed, config, bfcl_dir=args.bfcl_dir, data_dir=args.data_dir
+    )
+    for entry_id, reason in result["skipped"].items():
+        print(f"skipped {entry_id}: {reason}")
+    print(
+        f"imported {result['written']} of {result['entries']} {args.category} entries to {result['path']} "
+        f"({len(result['skipped'])} skipped) in {result['seconds']:.1f} s"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``clocktune-datagen`` argument parser."""
     parser = argparse.ArgumentParser(prog="clocktune-datagen", description=__doc__.split("\n")[0])
@@ -138,6 +175,21 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--index", type=int, default=0, help="0-based position in the file")
     show.add_argument("--png", default=None, help="write a Gantt chart here")
     show.set_defaults(func=cmd_show)
+
+    bfcl = sub.add_parser("import-bfcl", help="import a BFCL v4 multi-turn category as timelines (needs `make bfcl`)")
+    bfcl.add_argument(
+        "--category",
+        required=True,
+        choices=("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"),
+    )
+    bfcl.add_argument("--out", required=True, help="output folder (timelines in OUT/data)")
+    bfcl.add_argument("--limit", type=int, default=None, help="import only the first N entries")
+    bfcl.add_argument("--seed", type=int, default=0)
+    bfcl.add_argument("--config", default=None, help="generator YAML: speech, latencies, device, teacher")
+    bfcl.add_argument("--teacher", choices=("speculative", "sync"), default=None, help="overrides the config")
+    bfcl.add_argument("--bfcl-dir", default=None, help="bfcl_eval folder (default $CLOCKTUNE_BFCL_DIR or the cache)")
+    bfcl.add_argument("--data-dir", default=None, help="folder with the entry files (default: the wheel's data)")
+    bfcl.set_defaults(func=cmd_import_bfcl)
 
     push = sub.add_parser("push", help="upload a generated dataset folder (shards, stats.json) to the Hub")
     push.add_argument("dir", help="folder written by generate")

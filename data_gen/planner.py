@@ -155,10 +155,11 @@ class Simulation:
         if failed_dep is not None:
             payload = (call.call_id, call.version, None, f"input {failed_dep.call_id} failed")
         else:
-            call.resolved = resolve_refs(call.arguments, lambda target: self._calls[target].result)
+            resolved = resolve_refs(call.arguments, lambda target: self._calls[target].result)
             if sample_failure(model, self._tool_rng):
                 payload = (call.call_id, call.version, None, f"{call.name} timed out")
             else:
+                call.resolved = resolved  # only calls that reached the backend belong to ground truth
                 try:
                     content = self.domain.execute(self.state, call.name, call.resolved)
                     payload = (call.call_id, call.version, content, None)

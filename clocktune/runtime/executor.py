@@ -4,7 +4,7 @@ It keeps the call graph (DESIGN.md §5): read-only calls dispatch at once; calls
 calls (``{"$ref": "c1"}``) wait for those results; state-changing calls wait for ``commit``; a modified call
 cancels its in-flight request and runs again, and so do the calls that used its old result; a cancelled call's
 late result is dropped. With a ``sequential`` backend (one whose reads depend on earlier writes, like a file
-system), every call also waits for the state-changing calls issued before it.
+system), calls also keep program order around state-changing calls.
 
 Latency is drawn from the tool's latency model with a generator seeded by the session seed and the call's
 content, so the same call takes the same time under every policy: speedups compare like with like.
@@ -78,7 +78,8 @@ class ToolExecutor:
         deliver: Called with ``(call_id, content, error)`` when a current result arrives.
         failure_rate: Extra probability that a call fails (injected faults), on top of the tool's own.
         timeout_s: A call slower than this fails with a timeout at ``timeout_s``; ``None`` waits forever.
-        sequential: Whether every call waits for the state-changing calls issued before it.
+        sequential: Whether calls keep program order: every call waits for the state-changing calls issued
+            before it, and a state-changing call for every call issued before it.
     """
 
     def __init__(
@@ -179,9 +180,11 @@ class ToolExecutor:
             if dep is not None and not dep.cancelled and not dep.done:
                 return False
         if self.sequential:
+            # Program order: nothing overtakes an earlier write, and a write overtakes nothing.
             for other in self.calls.values():
-                if other.order < call.order and other.side_effect and not other.cancelled and not other.done:
-                    return False
+                if other.order < call.order and not other.cancelled and not other.done:
+                    if other.side_effect or call.side_effect:
+                        return False
         return True
 
     def _dispatch_ready(self) -> None:

@@ -12,6 +12,13 @@ from clocktune.timeline.events import Timeline
 
 # ``--model`` values that mean "follow the recorded plan" rather than a checkpoint.
 SCRIPTED_MODELS = ("scripted", "oracle")
+# ``--model openai:MODEL[@BASE_URL]``: an OpenAI-compatible endpoint (key from ``OPENAI_API_KEY``).
+OPENAI_PREFIX = "openai:"
+
+
+def is_checkpoint(model: str) -> bool:
+    """Whether a ``--model`` value names a checkpoint folder (not a scripted policy or an endpoint)."""
+    return model not in SCRIPTED_MODELS and not model.startswith(OPENAI_PREFIX)
 
 
 def load_policy_model(path: str | os.PathLike) -> tuple[Any, Any]:
@@ -47,7 +54,8 @@ def policy_factory(strategy: str, model: str = "scripted", loaded: tuple[Any, An
     Args:
         strategy: For scripted policies, one of :data:`~clocktune.runtime.scripted.SCRIPTED_POLICIES`; for a model,
             the name its results carry (its behaviour comes from the teacher it was trained on).
-        model: ``scripted`` (or ``oracle``): follow each timeline's recorded plan; else a checkpoint folder.
+        model: ``scripted`` (or ``oracle``): follow each timeline's recorded plan; ``openai:MODEL[@BASE_URL]``: an
+            OpenAI-compatible chat endpoint (``OPENAI_BASE_URL`` or OpenAI's by default); else a checkpoint folder.
         loaded: An already loaded ``(model, tokenizer)`` to use instead of loading ``model``.
 
     Returns:
@@ -56,6 +64,12 @@ def policy_factory(strategy: str, model: str = "scripted", loaded: tuple[Any, An
     Raises:
         ValueError: For an unknown scripted strategy.
     """
+    if loaded is None and model.startswith(OPENAI_PREFIX):
+        from clocktune.runtime.openai_policy import openai_policy_factory
+
+        name, _, url = model.removeprefix(OPENAI_PREFIX).partition("@")
+        base_url = url or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
+        return openai_policy_factory(base_url, name, os.environ.get("OPENAI_API_KEY"), name=strategy)
     if loaded is None and model in SCRIPTED_MODELS:
         if strategy not in SCRIPTED_POLICIES:
             raise ValueError(f"unknown policy {strategy!r}; scripted policies: {', '.join(SCRIPTED_POLICIES)}")

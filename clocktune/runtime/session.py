@@ -349,7 +349,7 @@ class Session:
             self._deliver,
             self.config.failure_rate,
             self.config.tool_timeout_s,
-            getattr(self.backend, "sequential", False),
+            self.backend.sequential,
         )
         if not self.turns:
             raise ValueError(f"timeline {self.timeline.id!r} has no user speech to replay")
