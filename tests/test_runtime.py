@@ -407,3 +407,28 @@ def test_eval_cli_writes_summary_results_and_plots(tmp_path, generated):
     assert len(lines) == 3 * 40  # sync, speculative and the oracle
     for name in ("latency_cdf.png", "gantt_sync.png", "gantt_speculative.png", "gantt_oracle.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_wall_clock_mode_runs_in_real_time(generated):
+    from dataclasses import replace
+
+    from clocktune.runtime.virtual_clock import run_on_clock
+
+    # A dialogue sped up 20x so that the test takes a fraction of a second of real time.
+    original = next(t for t in generated[0] if t.ground_truth.calls and len(t.events) < 30)
+    fast = replace(
+        original,
+        events=[replace(e, t=round(e.t / 20, 4)) for e in original.events],
+        tools=[
+            replace(tool, latency=replace(tool.latency, median_s=tool.latency.median_s / 20))
+            for tool in original.tools
+        ],
+    )
+    config = SessionConfig(clock="wall")
+    started = time.perf_counter()
+    log = run_on_clock(Session(fast, ScriptedPolicy(fast, "speculative"), config).run(), "wall")
+    elapsed = time.perf_counter() - started
+    assert log.end_reason == "done" and score_session(log, "speculative").accurate
+    last_chunk = max(e.t for e in fast.events if e.kind == "user_chunk")
+    assert elapsed >= last_chunk  # the user's speech was replayed in real time
+    assert log.timeline.events[-1].t == pytest.approx(elapsed, abs=0.25)
