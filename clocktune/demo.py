@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-steps", type=int, default=120)
     parser.add_argument("--max-train-minutes", type=float, default=11.0)
     parser.add_argument("--num-proc", type=int, default=2)
-    parser.add_argument("--runtime-dialogues", type=int, default=20, help="held-out dialogues run in the runtime")
+    parser.add_argument("--runtime-dialogues", type=int, default=20, help="held-out dialogues run in the runtime (0: skip)")
     args = parser.parse_args(argv)
 
     from clocktune.rendered_dataset import load_timeline_files
@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> dict:
         "dataset_stats": stats,
         "checkpoint": str(out / "checkpoint"),
     }
-    summary["eval"] = _runtime_eval(trainer.model, tokenizer, held_out[: args.runtime_dialogues], out / "eval")
+    if args.runtime_dialogues > 0:
+        summary["eval"] = _runtime_eval(trainer.model, tokenizer, held_out[: args.runtime_dialogues], out / "eval")
     atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])
     _print_table(
         [

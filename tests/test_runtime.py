@@ -405,6 +405,10 @@ def test_eval_cli_writes_summary_results_and_plots(tmp_path, generated):
     assert summary["dialogues"] == 40 and summary["side_effect_violations"] == 0
     lines = (out / "results.jsonl").read_text().splitlines()
     assert len(lines) == 3 * 40  # sync, speculative and the oracle
+    from clocktune.timeline.io import read_timelines
+
+    sessions = read_timelines(out / "sessions_speculative.jsonl")
+    assert [t.id for t in sessions] == [t.id for t in generated[0][:40]]
     for name in ("latency_cdf.png", "gantt_sync.png", "gantt_speculative.png", "gantt_oracle.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
 

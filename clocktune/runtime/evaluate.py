@@ -22,7 +22,7 @@ from clocktune.runtime.scoring import DialogueResult, score_session
 from clocktune.runtime.session import Policy, Session, SessionConfig, SessionLog
 from clocktune.runtime.virtual_clock import run_on_clock
 from clocktune.timeline.events import Timeline
-from clocktune.timeline.io import atomic_write_lines
+from clocktune.timeline.io import atomic_write_lines, write_timelines
 
 # policy_factory(timeline) -> a fresh policy for one session.
 PolicyFactory = Callable[[Timeline], Policy]
@@ -195,7 +195,8 @@ def plot_latency_cdf(runs: Sequence[PolicyRun], path: str | os.PathLike) -> None
 def write_report(
     out_dir: str | os.PathLike, runs: Sequence[PolicyRun], summary: dict[str, Any], index: int = 0
 ) -> None:
-    """Writes ``results.jsonl`` (one line per dialogue and policy), ``summary.json``, ``latency_cdf.png`` and
+    """Writes ``results.jsonl`` (one line per dialogue and policy), ``summary.json``, ``sessions_<policy>.jsonl``
+    (each session's log as a timeline: ``clocktune-datagen show`` and ``render`` read it), ``latency_cdf.png`` and
     ``gantt_<policy>.png`` (dialogue ``index`` under each policy); every file atomically.
 
     Args:
@@ -210,6 +211,8 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_lines(out / "results.jsonl", (json.dumps(r.to_dict()) + "\n" for run in runs for r in run.results))
     atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])
+    for run in runs:
+        write_timelines(out / f"sessions_{run.name}.jsonl", (log.timeline for log in run.logs))
     for name, draw in (("latency_cdf.png", lambda p: plot_latency_cdf(runs, p)),) + tuple(
         (f"gantt_{run.name}.png", lambda p, run=run: draw_gantt(run.logs[index].timeline, p)) for run in runs
     ):
