@@ -24,7 +24,9 @@ from transformers import TrainerCallback
 
 from clocktune.timeline.io import atomic_write_lines
 
-RECIPE = Path(__file__).resolve().parents[1] / "configs" / "smollm2-135m" / "sft_lora_cpu.yaml"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+RECIPE = CONFIGS / "smollm2-135m" / "sft_lora_cpu.yaml"
+DATAGEN = CONFIGS / "datagen" / "demo.yaml"
 
 
 class TimeBudget(TrainerCallback):
@@ -83,6 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m clocktune.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="runs/demo")
     parser.add_argument("--recipe", default=str(RECIPE), help="training YAML")
+    parser.add_argument("--datagen-config", default=str(DATAGEN), help="generator YAML of the dialogues")
     parser.add_argument("--train-dialogues", type=int, default=600)
     parser.add_argument("--eval-dialogues", type=int, default=30)
     parser.add_argument("--max-steps", type=int, default=120)
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     from data_gen.writer import GenerationJob, run_generation
 
     out = Path(args.out)
-    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "datagen" / "demo.yaml")
+    config = load_config(args.datagen_config)
     train_dir, eval_dir = out / "data" / "train", out / "data" / "eval"
     stats = run_generation(GenerationJob(config, args.train_dialogues, 0, train_dir), num_proc=args.num_proc)
     run_generation(GenerationJob(config, args.eval_dialogues, 1, eval_dir), num_proc=args.num_proc)
