@@ -298,9 +298,11 @@ def _model_card(repo_id: str, *, is_peft: bool, base_model: str | None, weights:
     sections += [
         "## How to run it",
         "The tokenizer carries the clock tokens and the chat template that clocktune renders timelines with; "
-        "use it as it is. Evaluate on streaming dialogues with the clocktune CLI "
+        "use it as it is. Run it live in the clocktune runtime (speech replayed on a virtual clock, tools executed "
+        "with speculation and commit) and compare it with the turn-based baseline "
         "(`clocktune eval --help` lists the data and device options):",
-        f"```bash\nclocktune eval --model {repo_id} ...\n```",
+        "```bash\nclocktune-datagen generate --num 100 --seed 1 --out data/eval\n"
+        f"clocktune eval --data data/eval/data --model {repo_id} --profile h200-3b --out runs/eval\n```",
         "Or load it directly:",
         f"```python\n{load}\n```",
     ]

@@ -192,7 +192,7 @@ def test_push_full_checkpoint_uploads_model_tokenizer_and_card(hub, full_checkpo
         "| response_latency_s_p50 | 0.92 |",
     ):
         assert row in body
-    assert "clocktune eval --model someone/agent" in body
+    assert "clocktune eval --data data/eval/data --model someone/agent" in body
     assert 'AutoModelForCausalLM.from_pretrained("someone/agent")' in body
 
     pushed = hub.export("someone/agent", tmp_path / "download")

@@ -25,19 +25,25 @@ def load_policy_model(path: str | os.PathLike) -> tuple[Any, Any]:
     """Loads a trained checkpoint for inference: a full model, or a LoRA adapter merged into its base.
 
     Args:
-        path: A folder written by training (``clocktune train``) or downloaded from the Hub.
+        path: A folder written by training (``clocktune train``), or a Hub repo id (downloaded first).
 
     Returns:
         ``(model, tokenizer)``, the model in eval mode.
 
     Raises:
-        FileNotFoundError: When ``path`` is not a folder.
+        FileNotFoundError: When ``path`` is neither a folder nor a repo on the Hub.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = Path(path)
     if not folder.is_dir():
-        raise FileNotFoundError(f"model checkpoint {folder} is not a folder")
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+        try:
+            folder = Path(snapshot_download(str(path)))
+        except (HfHubHTTPError, LocalEntryNotFoundError, ValueError) as error:
+            raise FileNotFoundError(f"model {path}: not a folder, and not downloadable from the Hub ({error})") from error
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if (folder / "adapter_config.json").exists():
         from peft import AutoPeftModelForCausalLM
