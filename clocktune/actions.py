@@ -108,10 +108,25 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def strict_json_loads(text: str) -> Any:
+    """Parses JSON strictly, as model output must be: no ``NaN``/``Infinity`` and no duplicate keys.
+
+    Args:
+        text: JSON text.
+
+    Returns:
+        The value.
+
+    Raises:
+        ValueError: For invalid or non-strict JSON (``json.JSONDecodeError`` is a ``ValueError``).
+    """
+    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+
+
 def _json_object(text: str, keys: tuple[str, ...], what: str) -> dict[str, Any]:
     # Strict JSON (no NaN, no duplicate keys) holding exactly ``keys``.
     try:
-        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        value = strict_json_loads(text)
     except (ValueError, RecursionError) as error:
         raise ActionParseError(f"{what}: bad JSON ({error}) in {_excerpt(text)}") from None
     if not isinstance(value, dict) or set(value) != set(keys):

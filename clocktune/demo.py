@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-steps", type=int, default=120)
     parser.add_argument("--max-train-minutes", type=float, default=11.0)
     parser.add_argument("--num-proc", type=int, default=2)
-    parser.add_argument("--runtime-dialogues", type=int, default=20, help="held-out dialogues run in the runtime (0: skip)")
+    parser.add_argument(
+        "--runtime-dialogues", type=int, default=20, help="held-out dialogues run in the runtime (0: skip)"
+    )
     args = parser.parse_args(argv)
 
     from clocktune.rendered_dataset import load_timeline_files

@@ -39,7 +39,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from clocktune.actions import Action, ActionParseError
+from clocktune.actions import Action, ActionParseError, strict_json_loads
 from clocktune.clock import estimate_tokens
 from clocktune.runtime.session import Decision
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
@@ -168,17 +168,6 @@ def action_json(action: Action | Event) -> str:
     return _dumps(body)
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        raise ValueError("duplicate key")
-    return result
-
-
 def parse_reply(content: str) -> Action:
     """Parses the model's reply into an action.
 
@@ -198,7 +187,7 @@ def parse_reply(content: str) -> Action:
     if fence is not None:
         text = fence.group("body").strip()
     try:
-        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        value = strict_json_loads(text)
     except (ValueError, RecursionError) as error:
         raise ActionParseError(f"reply is not one JSON object ({error}): {_excerpt(content)}") from None
     if not isinstance(value, dict):

@@ -43,7 +43,9 @@ def load_policy_model(path: str | os.PathLike) -> tuple[Any, Any]:
         try:
             folder = Path(snapshot_download(str(path)))
         except (HfHubHTTPError, LocalEntryNotFoundError, ValueError) as error:
-            raise FileNotFoundError(f"model {path}: not a folder, and not downloadable from the Hub ({error})") from error
+            raise FileNotFoundError(
+                f"model {path}: not a folder, and not downloadable from the Hub ({error})"
+            ) from error
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if (folder / "adapter_config.json").exists():
         from peft import AutoPeftModelForCausalLM
