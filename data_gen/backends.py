@@ -11,10 +11,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from clocktune.timeline.events import Timeline
+from clocktune.timeline.io import Issue
 from data_gen.domains import DOMAINS
-from data_gen.domains.base import Domain, ToolError
+from data_gen.domains.base import BrokenCallError, Domain, ToolError
 
-__all__ = ["DomainBackend", "ToolBackend", "ToolError", "make_backend"]
+__all__ = ["DomainBackend", "ToolBackend", "ToolError", "check_ground_truth_state", "make_backend", "serves"]
+
+# Imported BFCL timelines are named "bfcl"; their backends load from the bfcl-eval wheel.
+BFCL_DOMAIN = "bfcl"
 
 
 class ToolBackend(Protocol):
@@ -48,15 +52,23 @@ class DomainBackend:
     sequential = False
 
     def execute(self, name: str, arguments: dict[str, Any]) -> Any:
-        """Runs one call; raises :class:`ToolError` when the backend refuses it."""
+        """Runs one call; raises :class:`ToolError` when the backend refuses it, :class:`BrokenCallError` when
+        it cannot run it."""
+        if not any(tool.name == name for tool in self.domain.tools):
+            raise BrokenCallError(f"unknown tool {name!r}")
         try:
             return self.domain.execute(self.current, name, arguments)
         except (KeyError, TypeError) as error:
-            raise ToolError(f"{name}: bad arguments ({error})") from error
+            raise BrokenCallError(f"{name}: bad arguments ({error})") from error
 
     def state(self) -> dict[str, Any]:
         """The current state."""
         return self.current
+
+
+def serves(domain: str) -> bool:
+    """Whether :func:`make_backend` has a backend for timelines of ``domain``."""
+    return domain in DOMAINS or domain.startswith(BFCL_DOMAIN)
 
 
 def make_backend(timeline: Timeline) -> ToolBackend:
@@ -73,9 +85,56 @@ def make_backend(timeline: Timeline) -> ToolBackend:
     """
     if timeline.domain in DOMAINS:
         return DomainBackend(DOMAINS[timeline.domain], copy.deepcopy(timeline.initial_state))
-    if timeline.domain.startswith("bfcl"):
+    if timeline.domain.startswith(BFCL_DOMAIN):
         # Imported lazily: the BFCL classes load from the bfcl-eval wheel, which generated domains never need.
         from data_gen.importers.bfcl import backend_for_timeline
 
         return backend_for_timeline(timeline)
     raise ValueError(f"timeline {timeline.id!r}: no tool backend for domain {timeline.domain!r}")
+
+
+def _differing_field(state: Any, expected: Any) -> str:
+    # Names where two states first differ, descending through keys both sides have ("Class.attribute").
+    field = ""
+    while isinstance(state, dict) and isinstance(expected, dict):
+        key = next((k for k in dict.fromkeys([*state, *expected]) if state.get(k) != expected.get(k)), None)
+        if key is None or key not in state or key not in expected:
+            break
+        field += f".{key}"
+        state, expected = state[key], expected[key]
+    return field
+
+
+def check_ground_truth_state(timeline: Timeline, path: str = "<timeline>", line: int = 0) -> list[Issue]:
+    """Replays a timeline's ground-truth calls on a fresh backend and compares the final state.
+
+    Refusals are outcomes (ground truth holds the calls that reached the backend) and do not count; a call the
+    backend cannot run at all does. Timelines of domains no backend serves are left alone.
+
+    Args:
+        timeline: The timeline.
+        path: File name for the issues.
+        line: Line number for the issues.
+
+    Returns:
+        One issue when the backend cannot be built, a call cannot run, or the replay ends in another state than
+        ``ground_truth.final_state`` (the field names where they first differ); else none.
+    """
+    if not serves(timeline.domain):
+        return []
+    try:
+        backend = make_backend(timeline)
+    except ValueError as error:
+        return [Issue(path, line, "initial_state", str(error))]
+    for index, call in enumerate(timeline.ground_truth.calls):
+        try:
+            backend.execute(call.name, call.arguments)
+        except BrokenCallError as error:
+            return [Issue(path, line, f"ground_truth.calls.{index}", f"replay failed: {error}")]
+        except ToolError:
+            continue
+    state, expected = backend.state(), timeline.ground_truth.final_state
+    if state != expected:
+        field = "ground_truth.final_state" + _differing_field(state, expected)
+        return [Issue(path, line, field, "differs from replaying ground_truth.calls")]
+    return []

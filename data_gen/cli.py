@@ -13,11 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from clocktune.timeline.events import Timeline
-    from clocktune.timeline.io import Issue
 
 
 def _print_stats(stats: dict) -> None:
@@ -62,19 +57,9 @@ def _expand(paths: list[str]) -> list[Path]:
     return files
 
 
-def _replay_check(timeline: Timeline, path: str, line: int) -> list[Issue]:
-    # Imported BFCL timelines replay on BFCL's own classes; generated ones on their domain's backend.
-    if timeline.domain.startswith("bfcl"):
-        from data_gen.importers.bfcl import check_bfcl_ground_truth
-
-        return check_bfcl_ground_truth(timeline, path, line)
-    from data_gen.domains import check_ground_truth_state
-
-    return check_ground_truth_state(timeline, path, line)
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     from clocktune.timeline.validate import validate_file
+    from data_gen.backends import check_ground_truth_state
 
     total, bad_lines, issues_found = 0, 0, 0
     for path in _expand(args.paths):
@@ -83,7 +68,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             issues_found += 1
             continue
         try:
-            count, issues = validate_file(path, _replay_check)
+            count, issues = validate_file(path, check_ground_truth_state)
         except (OSError, UnicodeDecodeError, ValueError) as error:
             print(f"{path}:0:-: cannot read ({error})")
             issues_found += 1

@@ -17,6 +17,7 @@ import pytest
 
 from clocktune.timeline import read_timelines, validate_timeline
 from clocktune.timeline.analysis import call_records
+from data_gen.backends import check_ground_truth_state
 from data_gen.cli import main as datagen_main
 from data_gen.config import GeneratorConfig
 from data_gen.domains.base import ToolError
@@ -28,7 +29,6 @@ from data_gen.importers.bfcl import (
     BfclBackend,
     BfclCallError,
     BfclError,
-    check_bfcl_ground_truth,
     doc_to_schema,
     find_bfcl_root,
     function_docs,
@@ -307,7 +307,7 @@ def test_imported_timelines_are_valid_and_replay(imported):
         for timeline in timelines:
             assert timeline.domain == "bfcl" and timeline.task == category
             assert validate_timeline(timeline) == [], timeline.id
-            assert check_bfcl_ground_truth(timeline) == [], timeline.id
+            assert check_ground_truth_state(timeline) == [], timeline.id
             assert timeline.ground_truth.facts == []
         assert datagen_main(["validate", str(path)]) == 0
 
@@ -386,14 +386,14 @@ def test_final_state_equals_bfcl_replaying_the_possible_answer(imported):
 def test_replay_check_catches_tampering(imported):
     timeline = read_timelines(imported["multi_turn_base"])[0]
     timeline.ground_truth.final_state["TwitterAPI"]["tweet_counter"] = 99
-    (issue,) = check_bfcl_ground_truth(timeline, "f.jsonl", 3)
+    (issue,) = check_ground_truth_state(timeline, "f.jsonl", 3)
     assert (issue.line, issue.field) == (3, "ground_truth.final_state.TwitterAPI.tweet_counter")
     timeline = read_timelines(imported["multi_turn_base"])[0]
     timeline.ground_truth.calls[0].name = "launch_rocket"
-    (issue,) = check_bfcl_ground_truth(timeline, "f.jsonl", 3)
+    (issue,) = check_ground_truth_state(timeline, "f.jsonl", 3)
     assert issue.field == "ground_truth.calls.0" and "launch_rocket" in issue.message
     timeline.initial_state.pop("involved_classes")
-    (issue,) = check_bfcl_ground_truth(timeline, "f.jsonl", 3)
+    (issue,) = check_ground_truth_state(timeline, "f.jsonl", 3)
     assert issue.field == "initial_state"
 
 

@@ -182,7 +182,7 @@ def test_generator_and_format_import_without_torch():
 
 
 def test_ground_truth_state_is_what_its_calls_do_to_the_initial_state(generated):
-    from data_gen.domains import check_ground_truth_state
+    from data_gen.backends import check_ground_truth_state
 
     for timeline in generated[0] + generated[1]:
         assert check_ground_truth_state(timeline) == [], timeline.id

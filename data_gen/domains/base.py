@@ -17,6 +17,14 @@ class ToolError(Exception):
     """Raised by a backend for a call it cannot serve (unknown id, no seats left); becomes an error result."""
 
 
+class BrokenCallError(ToolError):
+    """A call a backend cannot run at all (unknown tool, wrong arguments), unlike a refusal the service states.
+
+    Both become error results in a session; replaying ground truth tolerates refusals (they are outcomes, and
+    imported benchmarks contain them) but not broken calls.
+    """
+
+
 @dataclass
 class Domain:
     """A domain: its tool catalogue, backend and grammars.

@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 from clocktune.timeline.events import GroundTruth, GroundTruthCall, Timeline, ToolSchema
-from clocktune.timeline.io import Issue, atomic_write_lines, timeline_to_json
+from clocktune.timeline.io import atomic_write_lines, timeline_to_json
 from clocktune.timeline.validate import validate_timeline
 from data_gen.config import GeneratorConfig, config_to_dict
-from data_gen.domains.base import Domain, ToolError
+from data_gen.domains.base import BrokenCallError, Domain, ToolError
 from data_gen.generate import dialogue_seed
 from data_gen.planner import ACKNOWLEDGEMENTS, PlannerError, Simulation
 from data_gen.stats import DatasetStats
@@ -63,7 +63,6 @@ __all__ = [
     "BfclCallError",
     "BfclError",
     "backend_for_timeline",
-    "check_bfcl_ground_truth",
     "find_bfcl_root",
     "function_docs",
     "import_bfcl",
@@ -259,7 +258,7 @@ class BfclError(ValueError):
     """Missing or malformed BFCL input; the message names the file, the entry id and the field."""
 
 
-class BfclCallError(ToolError):
+class BfclCallError(BrokenCallError):
     """A call BFCL cannot run at all (unknown function, wrong arguments, an exception inside the class).
 
     Unlike a plain :class:`ToolError` (a refusal the service states as ``{"error": ...}``, which BFCL's ground
@@ -765,48 +764,6 @@ def backend_for_timeline(timeline: Timeline, bfcl_dir: str | os.PathLike | None 
     """
     classes, config, long_context = _initial_state(timeline)
     return BfclBackend(classes, config, long_context, bfcl_dir)
-
-
-def check_bfcl_ground_truth(timeline: Timeline, path: str = "<timeline>", line: int = 0) -> list[Issue]:
-    """Replays a BFCL timeline's ground-truth calls on a fresh backend and compares the final state.
-
-    Refusals (``{"error": ...}``) are part of BFCL's ground truth and do not count as failures; a call that
-    cannot run at all does. Timelines of other domains are left alone.
-
-    Args:
-        timeline: The timeline.
-        path: File name for the issues.
-        line: Line number for the issues.
-
-    Returns:
-        One issue when the replay fails or ends in another state than ``ground_truth.final_state``; else none.
-    """
-    if not timeline.domain.startswith(DOMAIN):
-        return []
-    try:
-        backend = backend_for_timeline(timeline)
-    except BfclError as error:
-        return [Issue(path, line, "initial_state", str(error))]
-    for index, call in enumerate(timeline.ground_truth.calls):
-        try:
-            backend.execute(call.name, call.arguments)
-        except BfclCallError as error:
-            return [Issue(path, line, f"ground_truth.calls.{index}", f"replay failed: {error}")]
-        except ToolError:
-            continue
-    state, expected = backend.state(), timeline.ground_truth.final_state
-    if state != expected:
-        field = "ground_truth.final_state"
-        for class_name in list(state) + [name for name in expected if name not in state]:
-            if state.get(class_name) != expected.get(class_name):
-                field += f".{class_name}"
-                mine, theirs = state.get(class_name) or {}, expected.get(class_name) or {}
-                if isinstance(mine, dict) and isinstance(theirs, dict):
-                    differing = [key for key in dict.fromkeys([*mine, *theirs]) if mine.get(key) != theirs.get(key)]
-                    field += f".{differing[0]}" if differing else ""
-                break
-        return [Issue(path, line, field, "differs from replaying ground_truth.calls")]
-    return []
 
 
 # Entries -> tasks -> timelines ------------------------------------------------------------------------------------
