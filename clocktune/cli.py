@@ -391,34 +391,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """
     from clocktune.clock import PROFILES
     from clocktune.rendered_dataset import load_timeline_files
-    from clocktune.runtime.evaluate import format_table, run_policy, summarize_runs, write_report
+    from clocktune.runtime.evaluate import compare_policies
     from clocktune.runtime.policies import is_checkpoint, load_policy_model, policy_factory
     from clocktune.runtime.session import SessionConfig
 
     timelines = load_timeline_files(args.data)[: args.limit]
     config = SessionConfig(device=PROFILES[args.profile], clock=args.clock, failure_rate=args.failure_rate)
-    loaded = {}
-    for path in {args.model, args.baseline_model or args.model}:
-        if is_checkpoint(path):
-            loaded[path] = load_policy_model(path)
-    concurrency = args.concurrency or (10_000 if args.clock == "virtual" else 8)
-
-    def run(strategy: str, model: str):
-        factory = policy_factory(strategy, model, loaded.get(model))
-        return run_policy(strategy, timelines, factory, config, concurrency)
-
-    policy = run(args.policy, args.model)
-    baseline = run(args.baseline, args.baseline_model or args.model)
-    runs = [baseline, policy]
-    oracle = None
-    if args.policy != "oracle" and args.baseline != "oracle":
-        oracle = run("oracle", "scripted")
-        runs.append(oracle)
-    summary = summarize_runs(policy, baseline, oracle)
-    summary.update(profile=args.profile, clock=args.clock, failure_rate=args.failure_rate, model=args.model)
-    write_report(args.out, runs, summary)
-    print(format_table(runs, baseline))
-    print(f"wrote {args.out}/summary.json, results.jsonl, latency_cdf.png and gantt_<policy>.png")
+    baseline_model = args.baseline_model or args.model
+    loaded = {path: load_policy_model(path) for path in {args.model, baseline_model} if is_checkpoint(path)}
+    compare_policies(
+        timelines,
+        (args.policy, policy_factory(args.policy, args.model, loaded.get(args.model))),
+        (args.baseline, policy_factory(args.baseline, baseline_model, loaded.get(baseline_model))),
+        config,
+        args.out,
+        concurrency=args.concurrency or (10_000 if args.clock == "virtual" else 8),
+        extra={"profile": args.profile, "clock": args.clock, "failure_rate": args.failure_rate, "model": args.model},
+    )
+    print(f"wrote {args.out}/summary.json, results.jsonl, sessions_<policy>.jsonl and the plots")
     return 0
 
 

@@ -60,23 +60,24 @@ def _print_table(rows: list[tuple[str, str, str]]) -> None:
 def _runtime_eval(model, tokenizer, timelines: list, out: Path) -> dict:
     """Runs the trained model as a live policy against the scripted sync baseline and the oracle."""
     from clocktune.clock import PROFILES
-    from clocktune.runtime.evaluate import format_table, run_policy, summarize_runs, write_report
+    from clocktune.runtime.evaluate import compare_policies
     from clocktune.runtime.policies import policy_factory
     from clocktune.runtime.session import SessionConfig
 
     # Merged LoRA weights decode faster, and the demo is done training.
     network = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
     network.eval()
-    config = SessionConfig(device=PROFILES["phone-135m"])
     started = time.monotonic()
-    trained = run_policy("smollm2", timelines, policy_factory("smollm2", loaded=(network, tokenizer)), config)
-    sync = run_policy("sync", timelines, policy_factory("sync"), config)
-    oracle = run_policy("oracle", timelines, policy_factory("oracle"), config)
-    summary = summarize_runs(trained, sync, oracle)
-    summary.update(profile="phone-135m", runtime_seconds=round(time.monotonic() - started, 1))
-    write_report(out, [sync, trained, oracle], summary)
     print(f"runtime on {len(timelines)} held-out dialogues (virtual clock, phone-135m profile):")
-    print(format_table([sync, trained, oracle], sync))
+    summary = compare_policies(
+        timelines,
+        ("smollm2", policy_factory("smollm2", loaded=(network, tokenizer))),
+        ("sync", policy_factory("sync")),
+        SessionConfig(device=PROFILES["phone-135m"]),
+        out,
+        extra={"profile": "phone-135m"},
+    )
+    summary["runtime_seconds"] = round(time.monotonic() - started, 1)
     return summary
 
 

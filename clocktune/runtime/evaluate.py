@@ -42,6 +42,23 @@ class PolicyRun:
     results: list[DialogueResult]
     logs: list[SessionLog] = field(repr=False)
 
+    def share(self, flag: str) -> float:
+        """Fraction of dialogues whose boolean result field ``flag`` (``accurate``, ``answered``) is true."""
+        return sum(getattr(r, flag) for r in self.results) / len(self.results)
+
+    def per_dialogue(self, count: str) -> float:
+        """Mean over dialogues of the numeric result field ``count`` (``wasted_calls``, ``notices``, ...)."""
+        return sum(getattr(r, count) for r in self.results) / len(self.results)
+
+    def latency(self, q: float) -> float | None:
+        """The ``q``-th percentile of response latency over answered dialogues (``None`` when none was)."""
+        return _percentile([r.latency_s for r in self.results if r.latency_s is not None], q)
+
+    @property
+    def violations(self) -> int:
+        """Side-effect violations over all dialogues."""
+        return sum(r.side_effect_violations for r in self.results)
+
 
 async def _play(
     timelines: Sequence[Timeline], factory: PolicyFactory, config: SessionConfig, concurrency: int
@@ -79,6 +96,46 @@ def run_policy(
     return PolicyRun(name, [score_session(log, name) for log in logs], list(logs))
 
 
+def compare_policies(
+    timelines: Sequence[Timeline],
+    policy: tuple[str, PolicyFactory],
+    baseline: tuple[str, PolicyFactory],
+    config: SessionConfig,
+    out_dir: str | os.PathLike,
+    concurrency: int = 10_000,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The benchmark: a policy and a baseline (and the scripted oracle as the bound, unless one of them is it) on
+    the same timelines; writes the report (:func:`write_report`), prints the table and returns the summary.
+
+    Args:
+        timelines: Recorded timelines whose user side is replayed.
+        policy: ``(name, factory)`` of the policy measured.
+        baseline: ``(name, factory)`` of the policy the speedups divide.
+        config: Session config.
+        out_dir: Report folder.
+        concurrency: Sessions in flight at once.
+        extra: Settings to record in the summary (profile, clock, model, ...).
+
+    Returns:
+        The summary (:func:`summarize_runs` plus ``extra``).
+    """
+    from clocktune.runtime.scripted import ScriptedPolicy
+
+    (name, factory), (base_name, base_factory) = policy, baseline
+    measured = run_policy(name, timelines, factory, config, concurrency)
+    base = run_policy(base_name, timelines, base_factory, config, concurrency)
+    runs = [base, measured]
+    oracle = None
+    if "oracle" not in (policy[0], baseline[0]):
+        oracle = run_policy("oracle", timelines, lambda t: ScriptedPolicy(t, "oracle"), config, concurrency)
+        runs.append(oracle)
+    summary = {**summarize_runs(measured, base, oracle), **(extra or {})}
+    write_report(out_dir, runs, summary)
+    print(format_table(runs, base))
+    return summary
+
+
 def _percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -102,40 +159,37 @@ def summarize_runs(policy: PolicyRun, baseline: PolicyRun, oracle: PolicyRun | N
     Returns:
         A JSON-ready dict (see the README's eval section for every key).
     """
-    n = len(policy.results)
-    lat = [r.latency_s for r in policy.results if r.latency_s is not None]
-    base = [r.latency_s for r in baseline.results if r.latency_s is not None]
     pairs = [
         (b.latency_s, p.latency_s)
         for p, b in zip(policy.results, baseline.results, strict=True)
         if p.latency_s is not None and b.latency_s is not None and p.latency_s > 0
     ]
-    p50, base_p50 = _percentile(lat, 50), _percentile(base, 50)
+    p50, base_p50 = policy.latency(50), baseline.latency(50)
     summary: dict[str, Any] = {
         "policy": policy.name,
         "baseline": baseline.name,
-        "dialogues": n,
-        "accuracy": _rounded(sum(r.accurate for r in policy.results) / n),
-        "baseline_accuracy": _rounded(sum(r.accurate for r in baseline.results) / n),
-        "answered": _rounded(sum(r.answered for r in policy.results) / n),
+        "dialogues": len(policy.results),
+        "accuracy": _rounded(policy.share("accurate")),
+        "baseline_accuracy": _rounded(baseline.share("accurate")),
+        "answered": _rounded(policy.share("answered")),
         "latency_p50_s": _rounded(p50),
-        "latency_p90_s": _rounded(_percentile(lat, 90)),
+        "latency_p90_s": _rounded(policy.latency(90)),
         "baseline_latency_p50_s": _rounded(base_p50),
-        "baseline_latency_p90_s": _rounded(_percentile(base, 90)),
+        "baseline_latency_p90_s": _rounded(baseline.latency(90)),
         "speedup_p50": _rounded(base_p50 / p50) if p50 and base_p50 else None,
         "speedup_mean": _rounded(statistics.fmean(b / p for b, p in pairs)) if pairs else None,
-        "wasted_calls_per_dialogue": _rounded(sum(r.wasted_calls for r in policy.results) / n),
-        "wasted_tool_s_per_dialogue": _rounded(sum(r.wasted_tool_s for r in policy.results) / n),
-        "notices_per_dialogue": _rounded(sum(r.notices for r in policy.results) / n),
-        "side_effect_violations": sum(r.side_effect_violations for r in policy.results + baseline.results),
+        "wasted_calls_per_dialogue": _rounded(policy.per_dialogue("wasted_calls")),
+        "wasted_tool_s_per_dialogue": _rounded(policy.per_dialogue("wasted_tool_s")),
+        "notices_per_dialogue": _rounded(policy.per_dialogue("notices")),
+        "side_effect_violations": policy.violations + baseline.violations,
     }
     if oracle is not None:
-        oracle_p50 = _percentile([r.latency_s for r in oracle.results if r.latency_s is not None], 50)
+        oracle_p50 = oracle.latency(50)
         summary["oracle_latency_p50_s"] = _rounded(oracle_p50)
-        summary["oracle_accuracy"] = _rounded(sum(r.accurate for r in oracle.results) / n)
+        summary["oracle_accuracy"] = _rounded(oracle.share("accurate"))
         gain = (base_p50 - oracle_p50) if base_p50 is not None and oracle_p50 is not None else None
         summary["share_of_oracle_reduction"] = _rounded((base_p50 - p50) / gain) if gain and p50 is not None else None
-        summary["oracle_side_effect_violations"] = sum(r.side_effect_violations for r in oracle.results)
+        summary["oracle_side_effect_violations"] = oracle.violations
     return summary
 
 
@@ -149,18 +203,16 @@ def format_table(runs: Sequence[PolicyRun], baseline: PolicyRun) -> str:
     Returns:
         The table.
     """
-    base_p50 = _percentile([r.latency_s for r in baseline.results if r.latency_s is not None], 50)
+    base_p50 = baseline.latency(50)
+    nan = float("nan")
     lines = [f"{'policy':<14}{'accuracy':>9}{'p50 s':>8}{'p90 s':>8}{'speedup':>9}{'wasted':>8}{'violations':>11}"]
     for run in runs:
-        lat = [r.latency_s for r in run.results if r.latency_s is not None]
-        p50, p90 = _percentile(lat, 50), _percentile(lat, 90)
-        n = len(run.results)
+        p50, p90 = run.latency(50), run.latency(90)
         speedup = f"{base_p50 / p50:.2f}x" if p50 and base_p50 else "-"
         lines.append(
-            f"{run.name:<14}{sum(r.accurate for r in run.results) / n:>9.3f}"
-            f"{p50 if p50 is not None else float('nan'):>8.3f}{p90 if p90 is not None else float('nan'):>8.3f}"
-            f"{speedup:>9}{sum(r.wasted_calls for r in run.results) / n:>8.2f}"
-            f"{sum(r.side_effect_violations for r in run.results):>11d}"
+            f"{run.name:<14}{run.share('accurate'):>9.3f}{p50 if p50 is not None else nan:>8.3f}"
+            f"{p90 if p90 is not None else nan:>8.3f}{speedup:>9}{run.per_dialogue('wasted_calls'):>8.2f}"
+            f"{run.violations:>11d}"
         )
     return "\n".join(lines)
 
@@ -213,9 +265,13 @@ def write_report(
     atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])
     for run in runs:
         write_timelines(out / f"sessions_{run.name}.jsonl", (log.timeline for log in run.logs))
-    for name, draw in (("latency_cdf.png", lambda p: plot_latency_cdf(runs, p)),) + tuple(
-        (f"gantt_{run.name}.png", lambda p, run=run: draw_gantt(run.logs[index].timeline, p)) for run in runs
-    ):
-        staging = out / f".{name}.tmp.png"
-        draw(staging)
-        os.replace(staging, out / name)
+    _save_png(out / "latency_cdf.png", lambda path: plot_latency_cdf(runs, path))
+    for run in runs:
+        _save_png(out / f"gantt_{run.name}.png", lambda path, run=run: draw_gantt(run.logs[index].timeline, path))
+
+
+def _save_png(path: Path, draw: Callable[[Path], None]) -> None:
+    # Draw to a temporary name and rename, so a reader never sees half an image.
+    staging = path.with_name(f".{path.name}.tmp.png")
+    draw(staging)
+    os.replace(staging, path)
