@@ -27,7 +27,7 @@ from clocktune.encoding.formats import (
 from clocktune.timeline.events import Event
 
 # Call ids as the generator and the runtime write them ("c1"); no whitespace, no markup.
-_CALL_ID = re.compile(r"[A-Za-z0-9_.:-]+")
+CALL_ID = re.compile(r"[A-Za-z0-9_.:-]+")
 # Special tokens that may never appear inside an action's free text or JSON.
 _CONTROL = re.compile(
     "|".join(
@@ -135,7 +135,7 @@ def _json_object(text: str, keys: tuple[str, ...], what: str) -> dict[str, Any]:
 
 
 def _call_id(value: Any, what: str) -> str:
-    if not isinstance(value, str) or _CALL_ID.fullmatch(value) is None:
+    if not isinstance(value, str) or CALL_ID.fullmatch(value) is None:
         raise ActionParseError(f"{what}: missing or malformed call id {_excerpt(value)}")
     return value
 

@@ -31,6 +31,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 from clocktune import hub as hub_module
 from clocktune.hub import push_checkpoint, push_dataset
 from tests.mock_hub import MockHub
+from tests.tiny_models import TINY
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = "[12.3s] user: book a table for two <|wait|> tomorrow at 7"
@@ -86,16 +87,8 @@ def _extend(tokenizer: PreTrainedTokenizerFast) -> list[int]:
 
 def _tiny_llama(vocab_size: int) -> LlamaForCausalLM:
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,  # as in the project's base models (SmolLM2, Qwen2.5-3B, Llama-3.2-3B)
-    )
+    # Tied embeddings, as in the project's base models (SmolLM2, Qwen2.5-3B, Llama-3.2-3B).
+    config = LlamaConfig(vocab_size=vocab_size, max_position_embeddings=64, tie_word_embeddings=True, **TINY)
     return LlamaForCausalLM(config).eval()
 
 

@@ -21,6 +21,7 @@ from clocktune.masks import (
     packed_position_ids,
     streaming_mask_mod,
 )
+from tests.tiny_models import TINY
 
 VOCAB = 64
 
@@ -225,14 +226,7 @@ def test_mask_mod_is_usable_with_broadcast_indices():
 
 # ---- logits equivalence on tiny random models -------------------------------------------------------------------
 
-MODEL_KWARGS = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=64,
-)
+MODEL_KWARGS = dict(vocab_size=VOCAB, **TINY)
 MODELS = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
 
 

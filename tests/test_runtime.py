@@ -21,10 +21,8 @@ from clocktune.runtime.session import Decision, Session, SessionConfig
 from clocktune.runtime.virtual_clock import run_virtual
 from clocktune.timeline.events import Event, LatencyModel, ToolSchema
 from data_gen.domains.base import ToolError
+from tests.tiny_models import TINY
 from tests.tiny_tokenizer import tiny_tokenizer
-
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64)
-
 
 # Virtual clock ------------------------------------------------------------------------------------------------
 

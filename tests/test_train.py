@@ -15,10 +15,10 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qw
 from clocktune.train.sft import make_parser, run
 from data_gen.config import GeneratorConfig, load_config
 from data_gen.writer import GenerationJob, run_generation
+from tests.tiny_models import TINY
 from tests.tiny_tokenizer import tiny_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64)
 ARCHITECTURES = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM, "qwen2.5"),
     "llama": (LlamaConfig, LlamaForCausalLM, "llama3.2"),

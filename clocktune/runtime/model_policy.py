@@ -54,7 +54,6 @@ class ModelPolicy:
         self.dtype = next(model.parameters()).dtype
         self.cache: Any = None
         self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
-        self.generated_tokens = 0
         self.last_prompt_logits: torch.Tensor | None = None  # next-token logits at the last decision point
 
     def observe(self, events: list[Event]) -> int:
@@ -131,7 +130,6 @@ class ModelPolicy:
             logits = self._forward([token], [t], until)
         # Prompt and generated tokens leave the cache: the accepted action comes back as canonical ids.
         self.cache.crop(len(self.fed_ids) - self.cache.get_seq_length())
-        self.generated_tokens += len(generated)
         text = self.tokenizer.decode(generated, skip_special_tokens=False)
         try:
             return Decision(parse_action(text, self.model_format), len(generated))

@@ -39,13 +39,11 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from clocktune.actions import Action, ActionParseError, strict_json_loads
+from clocktune.actions import CALL_ID, Action, ActionParseError, strict_json_loads
 from clocktune.clock import estimate_tokens
 from clocktune.runtime.session import Decision
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
 
-# Call ids as the generator and the runtime write them ("c1"): the same rule as ``clocktune.actions``.
-_CALL_ID = re.compile(r"[A-Za-z0-9_.:-]+")
 # Models like to wrap JSON in a Markdown fence even when told not to; that much is tolerated, nothing else.
 _FENCE = re.compile(r"\A```[A-Za-z]*[ \t]*\n?(?P<body>.*?)\n?[ \t]*```\Z", re.DOTALL)
 
@@ -206,7 +204,7 @@ def parse_reply(content: str) -> Action:
         if not isinstance(value[key], expected):
             what = "a JSON object" if expected is dict else "a string"
             raise ActionParseError(f"{kind}: {key} must be {what}, got {_excerpt(_dumps(value[key]))}")
-    if "id" in shape and _CALL_ID.fullmatch(value["id"]) is None:
+    if "id" in shape and CALL_ID.fullmatch(value["id"]) is None:
         raise ActionParseError(f"{kind}: malformed call id {value['id']!r} (use ids like 'c1')")
     if kind == "call" and not value["name"]:
         raise ActionParseError("call: empty tool name")

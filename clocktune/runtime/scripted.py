@@ -85,7 +85,6 @@ def dialogue_script(timeline: Timeline) -> list[ScriptTurn]:
     chunks = 0
     seen: dict[str, tuple[int, bool]] = {}
     calls: dict[str, ScriptCall] = {}
-    cancelled: set[str] = set()
     for event in timeline.events:
         turn = turns[-1]
         if event.kind == "user_chunk":
@@ -109,7 +108,6 @@ def dialogue_script(timeline: Timeline) -> list[ScriptTurn]:
                 else:
                     turn.calls[:] = [call if c.call_id == call.call_id else c for c in turn.calls]
             elif event.kind == "tool_cancel":
-                cancelled.add(event.call_id)
                 turn.calls[:] = [c for c in turn.calls if c.call_id != event.call_id]
             elif event.kind == "say" and event.final:
                 turn.answer = event.text or ""

@@ -25,11 +25,11 @@ class _VirtualSelector(selectors.DefaultSelector):
 
     def select(self, timeout: float | None = None) -> list:
         ready = super().select(0)
-        if ready or timeout is None or timeout <= 0:
-            if not ready and timeout is None:
-                # No timer is scheduled: only real I/O (a thread, a socket) can wake the loop, so block on it.
-                return super().select(None)
+        if ready or (timeout is not None and timeout <= 0):
             return ready
+        if timeout is None:
+            # No timer is scheduled: only real I/O (a thread, a socket) can wake the loop, so block on it.
+            return super().select(None)
         self._loop.advance(timeout)
         return ready
 
