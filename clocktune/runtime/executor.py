@@ -191,7 +191,7 @@ class ToolExecutor:
         progress = True
         while progress:
             progress = False
-            for call in sorted(self.calls.values(), key=lambda c: c.order):
+            for call in self.calls.values():  # issue order: calls are registered as they are issued
                 if self._may_run(call):
                     self._dispatch(call)
                     progress = True

@@ -43,7 +43,9 @@ class Decision:
 class Policy(Protocol):
     """Decides the agent's actions. ``observe`` receives every event the session logs, in order (the agent's
     own accepted actions and notices included) and returns how many new context tokens it read; ``act`` returns
-    the next action at time ``t``."""
+    the next action at time ``t``; ``name`` labels its results and its session logs."""
+
+    name: str
 
     def observe(self, events: list[Event]) -> int: ...
 
@@ -382,7 +384,7 @@ class Session:
             domain=self.timeline.domain,
             task=self.timeline.task,
             seed=self.timeline.seed,
-            teacher=getattr(self.policy, "name", type(self.policy).__name__),
+            teacher=self.policy.name,
             tools=self.timeline.tools,
             initial_state=self.timeline.initial_state,
             ground_truth=self.timeline.ground_truth,
