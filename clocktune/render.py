@@ -28,6 +28,7 @@ from typing import Any
 
 from clocktune.encoding.formats import dumps, get_format, tool_json
 from clocktune.encoding.tokenizer import Encoding, load_encoding
+from clocktune.state_line import TurnState
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline, ToolSchema
 
 IGNORE_INDEX = -100
@@ -133,6 +134,7 @@ class Renderer:
         self._num_events = 0
         self._spans: dict[str, tuple[int, int]] = {}  # event id -> token range
         self._visible_results: dict[str, list[str]] = {}  # call id -> ids of its results still visible
+        self._turn = TurnState(tools)
         tools_key = dumps([tool_json(tool) for tool in tools])
         system = self._state.system_cache.get(tools_key)
         if system is None:
@@ -151,8 +153,8 @@ class Renderer:
 
     def _pieces(self, event: Event, prev_t: float) -> list[tuple[str, bool, bool]]:
         # (text, carries loss, worth caching) for each separately tokenised piece of the event's message. An agent
-        # message is split where the runtime stops feeding and the model starts generating (after the clock), and
-        # at its end token, so that the loss can stop before the tail.
+        # message is split where the runtime stops feeding and the model starts generating (after the clock and
+        # the state line), and at its end token, so that the loss can stop before the tail.
         fmt = self.encoding.model_format
         clock = self.encoding.codec.encode(event.t, prev_t)
         role, body = fmt.message(event)
@@ -161,6 +163,7 @@ class Renderer:
         pieces = [
             (fmt.header(role), False, True),
             (clock, self.agent_clock_loss, True),
+            (self._turn.text(), False, not self._turn.has_calls),
             (body + fmt.end, True, event.kind in _CONSTANT_ACTIONS),
         ]
         if fmt.tail:
@@ -180,6 +183,7 @@ class Renderer:
         prev_t = self._prev_t
         for event in events:
             planned.append((event, self._pieces(event, prev_t)))
+            self._turn.update(event)
             prev_t = event.t
         texts = [text for _, pieces in planned for text, _, _ in pieces]
         keep = {text for _, pieces in planned for text, _, worth in pieces if worth}
@@ -211,12 +215,14 @@ class Renderer:
             t: Time of the action (not before the last appended event).
 
         Returns:
-            The assistant header and the clock; not appended (append the parsed action as an event).
+            The assistant header, the clock and the state line (``clocktune.state_line``); not appended (append
+            the parsed action as an event).
         """
         fmt = self.encoding.model_format
-        texts = [fmt.header("assistant"), self.encoding.codec.encode(t, self._prev_t)]
-        header, clock = self._tokenize(texts, keep=set(texts))
-        return header + clock
+        state = self._turn.text()
+        texts = [fmt.header("assistant"), self.encoding.codec.encode(t, self._prev_t), state]
+        header, clock, state_ids = self._tokenize(texts, keep=set(texts[:2] if self._turn.has_calls else texts))
+        return header + clock + state_ids
 
     def hide(self, event_id: str, t: float) -> None:
         """Hides an appended event's tokens from time ``t`` on (keeps an earlier hiding time).
@@ -296,10 +302,13 @@ def timeline_to_messages(timeline: Timeline, encoding: Encoding) -> list[dict[st
     """
     fmt, codec = encoding.model_format, encoding.codec
     messages = [{"role": "system", "content": fmt.system_prompt(timeline.tools)}]
+    turn = TurnState(timeline.tools)
     prev_t = 0.0
     for event in timeline.events:
         role, body = fmt.message(event)
-        messages.append({"role": role, "content": codec.encode(event.t, prev_t) + body})
+        state = turn.text() if event.kind in AGENT_KINDS else ""
+        messages.append({"role": role, "content": codec.encode(event.t, prev_t) + state + body})
+        turn.update(event)
         prev_t = event.t
     return messages
 

@@ -11,6 +11,7 @@ from transformers import AutoTokenizer
 
 from clocktune.encoding import (
     FORMATS,
+    MARKERS,
     AbsBinsCodec,
     Encoding,
     LogDeltaCodec,
@@ -19,6 +20,7 @@ from clocktune.encoding import (
     extend_tokenizer,
     get_codec,
     get_format,
+    init_marker_embeddings,
     load_encoding,
 )
 from clocktune.render import render, render_text, timeline_to_messages
@@ -204,3 +206,41 @@ def test_chat_template_renders_the_renderer_text(timelines, model_format, codec)
         prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         assert prompt == text + fmt.header("assistant")
         assert len(messages) == len(timeline.events) + 1 and messages[0]["role"] == "system"
+
+
+# --- embeddings of the new tokens ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("codec", ["abs_bins", "log_delta"])
+def test_marker_rows_start_as_the_mean_of_their_names(codec, tied):
+    import torch
+    from tiny_models import TINY
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = tiny_tokenizer("llama3.2")
+    ids = extend_tokenizer(tokenizer, codec, "llama3.2")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), tie_word_embeddings=tied, **TINY))
+    clocks_before = model.get_input_embeddings().weight[ids[len(MARKERS) :]].clone()
+    assert init_marker_embeddings(model, tokenizer) == len(MARKERS)
+    words = load_encoding(tokenizer).marker_words()
+    assert words["<|commit|>"] == " commit" and list(words) == list(MARKERS)
+    tables = [model.get_input_embeddings().weight, model.get_output_embeddings().weight]
+    for token, text in words.items():
+        word_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        for table in tables:
+            torch.testing.assert_close(table[tokenizer.convert_tokens_to_ids(token)], table[word_ids].mean(dim=0))
+    # Different names give different rows: the markers are told apart from the start. Clock rows are untouched.
+    rows = tables[0][ids[: len(MARKERS)]]
+    assert torch.cdist(rows, rows).fill_diagonal_(1.0).min() > 0
+    torch.testing.assert_close(model.get_input_embeddings().weight[ids[len(MARKERS) :]], clocks_before)
+
+
+def test_tokenizer_of_an_older_encoding_version_is_refused():
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, "abs_bins", "chatml")
+    # A tokenizer extended before the state line existed: its model never saw one.
+    tokenizer.chat_template = tokenizer.chat_template.replace('{"version":2,', '{"version":1,', 1)
+    with pytest.raises(ValueError, match="version 1 .*extend the base model's tokenizer again"):
+        load_encoding(tokenizer)

@@ -121,16 +121,21 @@ def test_labels_cover_exactly_the_agent_tokens(timelines, tokenizers, fmt, codec
                 assert labels == [IGNORE_INDEX] * (end - start)
                 continue
             event = timeline.events[index]
-            target = encoding.model_format.action_body(event) + encoding.model_format.end
+            target = _encode(tokenizer, encoding.model_format.action_body(event) + encoding.model_format.end)
+            labelled = [label for label in labels if label != IGNORE_INDEX]
+            clock = []
             if agent_clock_loss:
                 prev_t = timeline.events[index - 1].t if index else 0.0
-                target = encoding.codec.encode(event.t, prev_t) + target
-            labelled = [label for label in labels if label != IGNORE_INDEX]
-            assert labelled == _encode(tokenizer, target) and labelled[-1] == end_id
-            # One contiguous run, the message's own ids, after the header and before the tail.
-            first = next(i for i, label in enumerate(labels) if label != IGNORE_INDEX)
-            assert labels[first : first + len(labelled)] == ids[first : first + len(labelled)] == labelled
-            assert ids[first + len(labelled) :] == _encode(tokenizer, encoding.model_format.tail)
+                clock = _encode(tokenizer, encoding.codec.encode(event.t, prev_t))
+            assert labelled == clock + target and labelled[-1] == end_id
+            # The action is one contiguous run of the message's own ids, after the header, the clock and the state
+            # line (which the runtime writes), and before the tail.
+            tail = _encode(tokenizer, encoding.model_format.tail)
+            body_end = len(ids) - len(tail)
+            body_start = body_end - len(target)
+            assert labels[body_start:body_end] == ids[body_start:body_end] == target
+            assert ids[body_end:] == tail and labels[body_end:] == [IGNORE_INDEX] * len(tail)
+            assert sum(label != IGNORE_INDEX for label in labels[:body_start]) == len(clock)
 
 
 @pytest.mark.parametrize("fmt, codec", COMBOS)

@@ -2,7 +2,13 @@
 
 from clocktune.encoding.formats import FORMATS, MARKERS, ModelFormat, get_format, tool_json
 from clocktune.encoding.time_codecs import CODECS, AbsBinsCodec, LogDeltaCodec, TextCodec, TimeCodec, get_codec
-from clocktune.encoding.tokenizer import Encoding, chat_template, extend_tokenizer, load_encoding
+from clocktune.encoding.tokenizer import (
+    Encoding,
+    chat_template,
+    extend_tokenizer,
+    init_marker_embeddings,
+    load_encoding,
+)
 
 __all__ = [
     "CODECS",
@@ -18,6 +24,7 @@ __all__ = [
     "extend_tokenizer",
     "get_codec",
     "get_format",
+    "init_marker_embeddings",
     "load_encoding",
     "tool_json",
 ]

@@ -57,13 +57,14 @@ def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelCon
         model_args: Supplies the model id or path, revision, dtype and attention implementation.
 
     Returns:
-        ``(model, tokenizer, model_format, new_token_ids)``; the model has rows for the new tokens, initialised by
-        transformers from the old embeddings' mean and covariance (seeded with ``training_args.seed``).
+        ``(model, tokenizer, model_format, new_token_ids)``; the model has rows for the new tokens: the markers'
+        from their names (:func:`clocktune.encoding.init_marker_embeddings`), the clock tokens' drawn by transformers
+        from the old embeddings' mean and covariance (seeded with ``training_args.seed``).
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from clocktune.encoding import extend_tokenizer, get_codec
+    from clocktune.encoding import extend_tokenizer, get_codec, init_marker_embeddings
 
     model_path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
@@ -81,6 +82,7 @@ def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelCon
     )
     torch.manual_seed(training_args.seed)
     model.resize_token_embeddings(len(tokenizer))
+    init_marker_embeddings(model, tokenizer)
     return model, tokenizer, model_format, new_token_ids
 
 
