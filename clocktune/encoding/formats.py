@@ -56,9 +56,7 @@ INTRO = (
     "You are a real-time voice agent. Events reach you as they happen, one message each, and every message starts "
     "with a clock. User messages are the speech recogniser's updates: "
     '"(revised)" marks a correction of the previous partial update, "(final)" the end of the utterance. '
-    "Tool results arrive when the tools finish. Calls may start before the user has finished speaking. "
-    "After the clock of each of your actions, a line in brackets states the turn: whether the user is still "
-    "speaking, and the status of each of your calls."
+    "Tool results arrive when the tools finish. Calls may start before the user has finished speaking."
 )
 
 
