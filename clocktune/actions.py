@@ -1,6 +1,6 @@
 """Parsing the agent's generated message back into an action: the strict inverse of the renderer's agent bodies.
 
-The input is what the model generates after ``Renderer.prompt_for_action`` (assistant header and clock): the
+The input is what the model generates after ``Renderer.prompt_for_action`` (header, clock, state line): the
 action's content followed by the format's end-of-message token, e.g. ``<|cancel|>c3<|im_end|>``. Anything else
 (bad JSON, an unknown marker, a missing id, text after the action or after the end token) raises
 ``ActionParseError``, whose message the runtime can inject as a ``notice`` before regenerating.
@@ -187,7 +187,7 @@ def parse_action(text: str, model_format: str | ModelFormat) -> Action:
     """Parses the model's generated message into an action.
 
     Args:
-        text: The generated text after the assistant header and clock, up to and including the end token
+        text: The generated text after the header, clock and state line, up to and including the end token
             (decode with ``skip_special_tokens=False``).
         model_format: ``"qwen2.5"``, ``"llama3.2"`` or ``"chatml"``, or a format.
 

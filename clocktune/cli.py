@@ -276,7 +276,7 @@ def format_inspection(timeline: Any, rendering: Any, tokenizer: Any, encoding: A
     prev_t = 0.0
     for index, event in enumerate(timeline.events):
         start, end = spans[index]
-        # Every message is header + clock + body + end + tail (clocktune.encoding.formats): the clock's tokens are
+        # Every message is header + clock (+ state line for agent actions) + body + end + tail: the clock's tokens are
         # those overlapping the characters after the header.
         role, _ = fmt.message(event)
         clock_start = len(fmt.header(role))

@@ -7,9 +7,10 @@ serve invariant of DESIGN.md §3.
 
 Per-token metadata (DESIGN.md §4):
 
-- ``labels``: ``-100`` except on agent tokens, i.e. an agent message's content and its end-of-message token. The
-  assistant header, the tail after the end token and, unless ``agent_clock_loss``, the clock carry no loss: the
-  runtime feeds header and clock (``Renderer.prompt_for_action``) and the model generates the rest.
+- ``labels``: ``-100`` except on agent tokens, i.e. an agent message's action and its end-of-message token. The
+  assistant header, the state line after the clock (``clocktune.state_line``), the tail after the end token and,
+  unless ``agent_clock_loss``, the clock carry no loss: the runtime feeds header, clock and state line
+  (``Renderer.prompt_for_action``) and the model generates the rest.
 - ``time``: the event's ``t`` (0.0 for the system prefix).
 - ``visible_until``: ``math.inf`` unless the event was superseded: a ``user_chunk`` that a later chunk
   ``revises`` is hidden from the reviser's ``t``; a ``tool_result`` whose call is later modified or cancelled is

@@ -2,9 +2,9 @@
 
 Every event the session logs is appended to a :class:`~clocktune.render.Renderer` and its ids are fed to the
 model, so the model's context is exactly ``render(session_log)`` (DESIGN.md §3). To act, the policy feeds the
-renderer's prompt (assistant header and clock) and decodes greedily up to the format's end-of-message token; it
-then drops the prompt and the generated tokens from the cache and, once the session accepts the action, feeds
-the renderer's canonical ids for it, so a model that split the same text into other tokens still sees what
+renderer's prompt (assistant header, clock and state line) and decodes greedily up to the format's end-of-message
+token; it then drops the prompt and the generated tokens from the cache and, once the session accepts the action,
+feeds the renderer's canonical ids for it, so a model that split the same text into other tokens still sees what
 training showed it.
 
 Attention over the cache follows the streaming mask (DESIGN.md §4): each fed token attends to the earlier tokens

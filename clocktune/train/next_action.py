@@ -1,7 +1,7 @@
 """Next-action accuracy: at every agent decision point of held-out timelines, does the model pick the right action?
 
-A decision point is the place where the runtime has fed everything up to an agent action's header and clock, and
-the model must choose what to do. Its choice is the first token it would write: a marker (``<|wait|>``,
+A decision point is the place where the runtime has fed everything up to an agent action's header, clock and state
+line, and the model must choose what to do. Its choice is the first token it would write: a marker (``<|wait|>``,
 ``<|say|>``, ``<|answer|>``, ``<|commit|>``, ``<|modify|>``, ``<|cancel|>``) or the format's call opening. The
 evaluation is teacher-forced (one forward per timeline, with the streaming mask), so it measures the policy at the
 gold history, which is what supervised fine-tuning optimises.
