@@ -7,6 +7,8 @@ does. The template's first line is a Jinja comment holding the encoding as JSON:
     {#- clocktune-encoding {"version": 2, "model_format": "qwen2.5", "codec": {"name": "abs_bins", ...}} -#}
 
 so ``AutoTokenizer.from_pretrained(dir)`` alone recovers codec and format (``load_encoding``), with no side file.
+After the model's embeddings are resized, ``init_marker_embeddings`` gives each action marker the embedding of
+its name.
 """
 
 from __future__ import annotations
