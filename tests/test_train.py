@@ -115,6 +115,9 @@ def test_lora_trains_only_adapters_and_new_token_rows(tmp_path, timelines, archi
     markers = trainer.processing_class.convert_tokens_to_ids(["<|wait|>", "<|answer|>"])
     assert all(marker >= old_vocab for marker in markers)
     assert all(not torch.equal(embed[marker], initial[marker]) for marker in markers)
+    # The recipe starts each marker from its name's embedding (clocktune.encoding.init_marker_embeddings).
+    wait_name = trainer.processing_class(" wait", add_special_tokens=False)["input_ids"]
+    torch.testing.assert_close(initial[markers[0]], initial[wait_name].mean(dim=0))
     for name in ("mlp.up_proj.weight", "post_attention_layernorm.weight", "self_attn.k_proj.weight"):
         key = f"model.layers.0.{name}"
         assert torch.equal(merged[key], base[key]), key
