@@ -217,6 +217,7 @@ def test_injected_failures_never_break_commit_safety_or_hang(generated):
         assert all(r.end_reason == "done" for r in run.results), name
         accuracy = sum(r.accurate for r in run.results) / len(run.results)
         assert 0.4 < accuracy < 0.95  # failures cost accuracy: the scoring sees them
+        assert sum(run.failures().values()) == sum(not r.accurate for r in run.results)
 
 
 def test_side_effect_auditor_flags_a_write_without_commit(generated):
@@ -387,6 +388,26 @@ def test_scoring_checks_calls_state_and_answer_facts(generated):
     assert not score_session(replace(log, final_state={}), "sync").state_ok
 
 
+def test_scoring_names_the_first_failure_of_a_session(generated):
+    from dataclasses import replace
+
+    timeline = next(t for t in generated[0] if len({call.name for call in t.ground_truth.calls}) >= 2)
+    log = run_virtual(Session(timeline, ScriptedPolicy(timeline, "sync"), SessionConfig()).run())
+    assert score_session(log, "sync").failure is None
+
+    def edited(edit) -> str | None:
+        events = [edit(event) for event in log.timeline.events]
+        return score_session(replace(log, timeline=replace(log.timeline, events=events)), "sync").failure
+
+    first_call = next(e.call_id for e in log.timeline.events if e.kind == "tool_call")
+    assert edited(lambda e: replace(e, text="something else") if e.kind == "say" else e) == "answer_missing_facts"
+    assert edited(lambda e: replace(e, kind="wait") if e.kind == "tool_result" else e) == "no_call"
+    assert edited(lambda e: replace(e, name="nope") if e.call_id == first_call else e) == "wrong_tool"
+    assert edited(lambda e: replace(e, arguments={"x": 1}) if e.kind == "tool_call" else e) == "wrong_arguments"
+    assert score_session(replace(log, final_state={}), "sync").failure == "wrong_state"
+    assert score_session(replace(log, end_reason="gave_up", final_state={}), "sync").failure == "gave_up"
+
+
 def test_eval_cli_writes_summary_results_and_plots(tmp_path, generated):
     from clocktune.cli import main
     from clocktune.timeline.io import write_timelines
@@ -398,7 +419,7 @@ def test_eval_cli_writes_summary_results_and_plots(tmp_path, generated):
     summary = json.loads((out / "summary.json").read_text())
     for key in (
         "dialogues", "accuracy", "baseline_accuracy", "latency_p50_s", "latency_p90_s", "baseline_latency_p50_s",
-        "speedup_p50", "speedup_mean", "wasted_calls_per_dialogue", "side_effect_violations",
+        "speedup_p50", "speedup_mean", "wasted_calls_per_dialogue", "side_effect_violations", "failures",
     ):  # fmt: skip
         assert key in summary, key
     assert summary["dialogues"] == 40 and summary["side_effect_violations"] == 0

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import statistics
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,10 @@ class PolicyRun:
     def latency(self, q: float) -> float | None:
         """The ``q``-th percentile of response latency over answered dialogues (``None`` when none was)."""
         return _percentile([r.latency_s for r in self.results if r.latency_s is not None], q)
+
+    def failures(self) -> dict[str, int]:
+        """How many dialogues failed for each reason (``DialogueResult.failure``), most frequent first."""
+        return dict(Counter(r.failure for r in self.results if r.failure is not None).most_common())
 
     @property
     def violations(self) -> int:
@@ -182,6 +187,8 @@ def summarize_runs(policy: PolicyRun, baseline: PolicyRun, oracle: PolicyRun | N
         "wasted_tool_s_per_dialogue": _rounded(policy.per_dialogue("wasted_tool_s")),
         "notices_per_dialogue": _rounded(policy.per_dialogue("notices")),
         "side_effect_violations": policy.violations + baseline.violations,
+        "failures": policy.failures(),
+        "baseline_failures": baseline.failures(),
     }
     if oracle is not None:
         oracle_p50 = oracle.latency(50)

@@ -34,6 +34,11 @@ class DialogueResult:
         side_effect_violations: State-changing results without a commit after the end of speech, or from a
             cancelled or superseded call.
         end_reason: ``done``, ``gave_up`` or ``timeout``.
+        failure: ``None`` for an accurate dialogue, else the first thing that went wrong, in the order a session
+            goes: ``gave_up`` or ``timeout`` (how the session ended), ``no_call`` (no ground-truth tool was ever
+            executed), ``wrong_tool`` (a ground-truth tool was never executed), ``wrong_arguments`` (every tool
+            ran, not every call with its arguments), ``wrong_state`` (the calls ran, plus others that changed the
+            state), ``unanswered`` or ``answer_missing_facts``.
     """
 
     id: str
@@ -51,6 +56,7 @@ class DialogueResult:
     notices: int
     side_effect_violations: int
     end_reason: str
+    failure: str | None = None
 
     def to_dict(self) -> dict:
         """The fields as a JSON-ready dict."""
@@ -100,6 +106,21 @@ def side_effect_violations(timeline: Timeline) -> int:
     return violations
 
 
+def _failure(log: SessionLog, executed: list[tuple[str, dict]], calls_ok: bool, state_ok: bool) -> str | None:
+    # The first failure along a session: how it ended, then the calls, the backend state, the answer.
+    if log.end_reason != "done":
+        return log.end_reason
+    if not calls_ok:
+        wanted = {call.name for call in log.timeline.ground_truth.calls}
+        ran = {name for name, _ in executed}
+        if not wanted & ran:
+            return "no_call"
+        return "wrong_tool" if wanted - ran else "wrong_arguments"
+    if not state_ok:
+        return "wrong_state"
+    return "answer_missing_facts" if log.answered else "unanswered"
+
+
 def score_session(log: SessionLog, policy: str) -> DialogueResult:
     """Scores a session.
 
@@ -112,19 +133,21 @@ def score_session(log: SessionLog, policy: str) -> DialogueResult:
     """
     timeline = log.timeline
     truth = timeline.ground_truth
-    executed = Counter(_key(name, arguments) for name, arguments in executed_calls(timeline))
+    ran = executed_calls(timeline)
+    executed = Counter(_key(name, arguments) for name, arguments in ran)
     wanted = Counter(_key(call.name, call.arguments) for call in truth.calls)
     calls_ok = not (wanted - executed)
     state_ok = log.final_state == truth.final_state
     answers = [event.text or "" for event in timeline.events if event.kind == "say" and event.final]
     last = answers[-1].lower() if answers else ""
     answer_ok = log.answered and all(fact.lower() in last for fact in truth.facts)
+    accurate = calls_ok and state_ok and answer_ok
     latencies = response_latencies(timeline)
     latency = statistics.fmean(latencies) if log.answered and latencies else None
     return DialogueResult(
         id=timeline.id,
         policy=policy,
-        accurate=calls_ok and state_ok and answer_ok,
+        accurate=accurate,
         calls_ok=calls_ok,
         state_ok=state_ok,
         answer_ok=answer_ok,
@@ -137,4 +160,5 @@ def score_session(log: SessionLog, policy: str) -> DialogueResult:
         notices=log.notices,
         side_effect_violations=side_effect_violations(timeline),
         end_reason=log.end_reason,
+        failure=None if accurate else _failure(log, ran, calls_ok, state_ok),
     )
