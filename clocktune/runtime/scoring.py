@@ -35,10 +35,10 @@ class DialogueResult:
             cancelled or superseded call.
         end_reason: ``done``, ``gave_up`` or ``timeout``.
         failure: ``None`` for an accurate dialogue, else the first thing that went wrong, in the order a session
-            goes: ``gave_up`` or ``timeout`` (how the session ended), ``no_call`` (no ground-truth tool was ever
-            executed), ``wrong_tool`` (a ground-truth tool was never executed), ``wrong_arguments`` (every tool
-            ran, not every call with its arguments), ``wrong_state`` (the calls ran, plus others that changed the
-            state), ``unanswered`` or ``answer_missing_facts``.
+            goes: ``gave_up`` or ``timeout`` (how the session ended), ``no_call`` (no call took effect),
+            ``wrong_tool`` (a ground-truth tool never ran), ``wrong_arguments`` (every tool ran, not every call with
+            its arguments), ``wrong_state`` (the calls ran, plus others that changed the state), ``unanswered`` or
+            ``answer_missing_facts``.
     """
 
     id: str
@@ -111,11 +111,10 @@ def _failure(log: SessionLog, executed: list[tuple[str, dict]], calls_ok: bool, 
     if log.end_reason != "done":
         return log.end_reason
     if not calls_ok:
-        wanted = {call.name for call in log.timeline.ground_truth.calls}
-        ran = {name for name, _ in executed}
-        if not wanted & ran:
+        if not executed:
             return "no_call"
-        return "wrong_tool" if wanted - ran else "wrong_arguments"
+        wanted = {call.name for call in log.timeline.ground_truth.calls}
+        return "wrong_tool" if wanted - {name for name, _ in executed} else "wrong_arguments"
     if not state_ok:
         return "wrong_state"
     return "answer_missing_facts" if log.answered else "unanswered"
