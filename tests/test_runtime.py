@@ -408,7 +408,7 @@ def test_scoring_names_the_first_failure_of_a_session(generated):
     assert score_session(replace(log, end_reason="gave_up", final_state={}), "sync").failure == "gave_up"
 
 
-def test_eval_cli_writes_summary_results_and_plots(tmp_path, generated):
+def test_eval_cli_writes_summary_results_and_plots(tmp_path, generated, capsys):
     from clocktune.cli import main
     from clocktune.timeline.io import write_timelines
 
@@ -423,6 +423,8 @@ def test_eval_cli_writes_summary_results_and_plots(tmp_path, generated):
     ):  # fmt: skip
         assert key in summary, key
     assert summary["dialogues"] == 40 and summary["side_effect_violations"] == 0
+    # Injected failures cost some dialogues; the table says why.
+    assert summary["failures"] and f"speculative failed: {next(iter(summary['failures']))}" in capsys.readouterr().out
     lines = (out / "results.jsonl").read_text().splitlines()
     assert len(lines) == 3 * 40  # sync, speculative and the oracle
     from clocktune.timeline.io import read_timelines

@@ -201,7 +201,8 @@ def summarize_runs(policy: PolicyRun, baseline: PolicyRun, oracle: PolicyRun | N
 
 
 def format_table(runs: Sequence[PolicyRun], baseline: PolicyRun) -> str:
-    """A short text table: one row per policy with accuracy, latency percentiles and speedup over the baseline.
+    """A short text table: one row per policy with accuracy, latency percentiles and speedup over the baseline,
+    then why each policy's failed dialogues failed.
 
     Args:
         runs: Policy runs, baseline included or not.
@@ -221,6 +222,10 @@ def format_table(runs: Sequence[PolicyRun], baseline: PolicyRun) -> str:
             f"{p90 if p90 is not None else nan:>8.3f}{speedup:>9}{run.per_dialogue('wasted_calls'):>8.2f}"
             f"{run.violations:>11d}"
         )
+    for run in runs:
+        if run.failures():
+            reasons = ", ".join(f"{reason} {count}" for reason, count in run.failures().items())
+            lines.append(f"{run.name} failed: {reasons}")
     return "\n".join(lines)
 
 
