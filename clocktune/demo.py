@@ -2,8 +2,9 @@
 
     python -m clocktune.demo --out runs/demo        # what `make demo` runs
 
-1. generates streaming dialogues (training and held-out, different seeds) with the speculative teacher, set by
-   configs/datagen/demo.yaml to act only on what the words support (no coin flips a model could not learn);
+1. generates streaming dialogues of two domains (training and held-out, different seeds) with the speculative
+   teacher, set by configs/datagen/demo.yaml to act only on what the words support (no coin flips a model could not
+   learn);
 2. scores SmolLM2-135M-Instruct, extended with clock tokens, at every agent decision point of the held-out
    timelines: which action does it choose (wait, call, modify, cancel, say, answer, commit)?
 3. LoRA-fine-tunes it with configs/smollm2-135m/sft_lora_cpu.yaml for a bounded time;
