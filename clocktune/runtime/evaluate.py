@@ -223,9 +223,8 @@ def format_table(runs: Sequence[PolicyRun], baseline: PolicyRun) -> str:
             f"{run.violations:>11d}"
         )
     for run in runs:
-        if run.failures():
-            reasons = ", ".join(f"{reason} {count}" for reason, count in run.failures().items())
-            lines.append(f"{run.name} failed: {reasons}")
+        if failures := run.failures():
+            lines.append(f"{run.name} failed: " + ", ".join(f"{reason} {count}" for reason, count in failures.items()))
     return "\n".join(lines)
 
 
