@@ -143,6 +143,7 @@ def build_block_mask(
     segment: torch.Tensor,
     sink: torch.Tensor | None = None,
     window_s: float | None = None,
+    query_start: int = 0,
 ) -> BlockMask:
     """Flex-attention ``BlockMask`` of the streaming rule, on the device of ``segment``.
 
@@ -151,13 +152,18 @@ def build_block_mask(
 
     Args:
         time, visible_until, segment, sink, window_s: as in :func:`streaming_mask_mod`.
+        query_start: queries are positions ``query_start..L-1`` (the first ones are a cached prefix); keys are all.
 
     Returns:
-        A BlockMask of shape ``[B, 1, L, L]`` (broadcast over heads).
+        A BlockMask of shape ``[B, 1, L - query_start, L]`` (broadcast over heads).
     """
     batch_size, length = segment.shape
-    mask_mod = streaming_mask_mod(time, visible_until, segment, sink, window_s)
-    return create_block_mask(mask_mod, batch_size, None, length, length, device=segment.device)
+    rule = streaming_mask_mod(time, visible_until, segment, sink, window_s)
+
+    def mask_mod(batch_idx, head_idx, q_idx, kv_idx):
+        return rule(batch_idx, head_idx, q_idx + query_start, kv_idx)
+
+    return create_block_mask(mask_mod, batch_size, None, length - query_start, length, device=segment.device)
 
 
 def build_float_mask(
@@ -167,6 +173,7 @@ def build_float_mask(
     sink: torch.Tensor | None = None,
     window_s: float | None = None,
     dtype: torch.dtype = torch.float32,
+    query_start: int = 0,
 ) -> torch.Tensor:
     """Additive 4D mask of the streaming rule for SDPA/eager (a bool mask is silently wrong under eager).
 
@@ -176,18 +183,23 @@ def build_float_mask(
     Args:
         time, visible_until, segment, sink, window_s: as in :func:`streaming_mask_mod`.
         dtype: dtype of the attention scores it is added to.
+        query_start: queries are positions ``query_start..L-1`` (the first ones are a cached prefix); keys are all.
 
     Returns:
-        ``[B, 1, L, L]`` tensor: 0 where allowed, ``torch.finfo(dtype).min`` where blocked.
+        ``[B, 1, L - query_start, L]`` tensor: 0 where allowed, ``torch.finfo(dtype).min`` where blocked.
     """
     batch_size, length = segment.shape
     mask_mod = streaming_mask_mod(time, visible_until, segment, sink, window_s)
-    mask = torch.full((batch_size, 1, length, length), torch.finfo(dtype).min, dtype=dtype, device=segment.device)
+    shape = (batch_size, 1, length - query_start, length)
+    mask = torch.full(shape, torch.finfo(dtype).min, dtype=dtype, device=segment.device)
     index = torch.arange(length, device=segment.device)
     for row, start, end in _segment_spans(segment):
-        span = index[start:end]
-        allowed = mask_mod(row, 0, span[:, None], span[None, :])
-        mask[row, 0, start:end, start:end].masked_fill_(allowed, 0.0)
+        queries = index[max(start, query_start) : end]
+        if queries.numel() == 0:
+            continue
+        keys = index[start:end]
+        allowed = mask_mod(row, 0, queries[:, None], keys[None, :])
+        mask[row, 0, queries[0] - query_start : end - query_start, start:end].masked_fill_(allowed, 0.0)
     return mask
 
 
@@ -214,6 +226,7 @@ def attention_inputs(
     attn_implementation: str,
     window_s: float | None = None,
     dtype: torch.dtype = torch.float32,
+    query_start: int = 0,
 ) -> dict[str, torch.Tensor | BlockMask | int]:
     """The attention-related model kwargs for one packed batch.
 
@@ -225,32 +238,36 @@ def attention_inputs(
             or a FlashAttention flavour (any name containing ``flash``, the rule transformers itself uses).
         window_s: optional attention window in seconds.
         dtype: dtype of the float mask for eager/sdpa; must match the attention scores' dtype.
+        query_start: the first ``query_start`` positions of every row are run beforehand as a cached prefix
+            (``ClockSFTConfig.cache_prompt``); the mask then covers the queries after it, and is always explicit,
+            because transformers cannot split packed documents from ``position_ids`` across a cache.
 
     Returns:
-        ``position_ids`` always. Fast path (nothing hidden, no window): nothing else for eager/sdpa/flex, whose
+        ``position_ids`` always, for the whole row. Fast path (nothing hidden, no window): nothing else for eager/sdpa/flex, whose
         transformers mask builders split documents on restarting ``position_ids`` when ``attention_mask`` is None
         (with ``use_cache=False``); ``cu_seq_lens_q/k`` and ``max_length_q/k`` for FlashAttention. Otherwise
-        ``attention_mask``: a ``BlockMask`` for flex_attention, an additive ``[B, 1, L, L]`` float mask for
-        eager/sdpa.
+        ``attention_mask``: a ``BlockMask`` for flex_attention, an additive ``[B, 1, L - query_start, L]`` float
+        mask for eager/sdpa.
 
     Raises:
-        ValueError: FlashAttention with hidden tokens or a window (it cannot take an arbitrary mask), or an unknown
-            implementation.
+        ValueError: FlashAttention with hidden tokens, a window or a cached prefix (it cannot take an arbitrary
+            mask), or an unknown implementation.
     """
     segment = batch_fields["segment_ids"]
     position_ids = packed_position_ids(segment)
     is_flash = "flash" in attn_implementation
-    if is_block_causal(batch_fields["visible_until"], window_s):
+    if query_start == 0 and is_block_causal(batch_fields["visible_until"], window_s):
         return {"position_ids": position_ids, **(_varlen_kwargs(position_ids) if is_flash else {})}
     if is_flash:
         raise ValueError(
-            f"{attn_implementation} cannot apply streaming visibility or a window; use flex_attention or sdpa"
+            f"{attn_implementation} cannot apply streaming visibility, a window or a cached prompt; use "
+            "flex_attention or sdpa"
         )
     rule_args = (batch_fields["time"], batch_fields["visible_until"], segment, batch_fields.get("sink"), window_s)
     if attn_implementation == "flex_attention":
-        mask = build_block_mask(*rule_args)
+        mask = build_block_mask(*rule_args, query_start=query_start)
     elif attn_implementation in ("eager", "sdpa"):
-        mask = build_float_mask(*rule_args, dtype=dtype)
+        mask = build_float_mask(*rule_args, dtype=dtype, query_start=query_start)
     else:
         raise ValueError(f"unsupported attn_implementation {attn_implementation!r}")
     return {"attention_mask": mask, "position_ids": position_ids}

@@ -140,6 +140,15 @@ def test_packed_mask_obeys_the_streaming_rule(renderings, max_length, window_s):
     dense = create_mask(block_mask.mask_mod, segment.shape[0], 1, segment.shape[1], segment.shape[1], device="cpu")
     assert torch.equal(dense[:, 0], allowed)
 
+    # With the first positions run beforehand as a cached prefix, both masks are the rows of the queries after it.
+    length = segment.shape[1]
+    for query_start in (1, length // 2, length - 1):
+        rows = build_float_mask(time, visible_until, segment, sink, window_s, query_start=query_start)
+        assert torch.equal(rows[:, 0] == 0, allowed[:, query_start:])
+        block_mask = build_block_mask(time, visible_until, segment, sink, window_s, query_start=query_start)
+        dense = create_mask(block_mask.mask_mod, segment.shape[0], 1, length - query_start, length, device="cpu")
+        assert torch.equal(dense[:, 0], allowed[:, query_start:])
+
 
 def test_block_mask_skips_only_empty_blocks():
     # Two 200-token segments in a 400-token row: the 128-blocks straddling both must stay, the far corner must not.

@@ -225,3 +225,55 @@ def test_next_action_report_counts_every_agent_decision(tmp_path, timelines):
     summary = report.summary()
     assert summary["next_action_accuracy_always_wait"] == pytest.approx(gold.count("wait") / len(gold))
     assert 0 <= summary["next_action_accuracy"] <= 1 and math.isfinite(summary["eval_loss"])
+
+
+def test_cache_prompt_keeps_the_loss_and_drops_only_the_prompts_gradient(tmp_path, timelines):
+    from clocktune.collate import StreamingCollator
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from clocktune.rendered_dataset import load_timeline_files, render_timelines
+    from clocktune.train.config import ClockSFTConfig
+    from clocktune.train.trainer import ClockSFTTrainer
+
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
+    # Hidden tokens in both rows, so the explicit streaming mask is sliced as well as the prompt.
+    hidden = [t for t in load_timeline_files([timelines]) if any(e.revises for e in t.events)][:2]
+    assert len(hidden) == 2
+    dataset = render_timelines(hidden, tokenizer, "chatml")
+    torch.manual_seed(0)
+    # Untied embeddings: an input row gets a gradient only from the positions where its token is read.
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, tie_word_embeddings=False, **TINY)
+    model = LlamaForCausalLM(config)
+    rows = [dataset[i] for i in range(len(dataset))]
+    batch = StreamingCollator(8192, pad_token_id=0)(rows)
+    assert batch["input_ids"].shape[0] == 1 and not torch.isinf(batch["visible_until"]).all()
+
+    def loss_and_embedding_grad(cache_prompt: bool):
+        args = ClockSFTConfig(
+            output_dir=str(tmp_path / str(cache_prompt)), use_cpu=True, bf16=False, max_length=8192,
+            report_to="none", cache_prompt=cache_prompt, gradient_checkpointing=False,
+        )  # fmt: skip
+        trainer = ClockSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+        model.zero_grad()
+        loss = trainer.compute_loss(model, {key: value.clone() for key, value in batch.items()})
+        loss.backward()
+        return loss.item(), model.get_input_embeddings().weight.grad.abs().sum(dim=-1)
+
+    full_loss, full_grad = loss_and_embedding_grad(False)
+    cached_loss, cached_grad = loss_and_embedding_grad(True)
+    assert cached_loss == pytest.approx(full_loss, rel=1e-5)
+    # Tokens read only inside the first timeline's system prompt get no gradient; tokens after it still do.
+    ids, sink = batch["input_ids"][0], batch["sink"][0]
+    prompt_length = int(sink.int().cumprod(0).sum())
+    prompt_only = set(ids[:prompt_length].tolist()) - set(ids[prompt_length:].tolist())
+    after = set(ids[prompt_length:].tolist())
+    assert prompt_only and all(full_grad[i] > 0 for i in prompt_only)
+    assert all(cached_grad[i] == 0 for i in prompt_only)
+    assert all(cached_grad[i] > 0 for i in after)
+
+
+def test_cache_prompt_refuses_gradient_checkpointing(tmp_path):
+    from clocktune.train.config import ClockSFTConfig
+
+    with pytest.raises(ValueError, match="gradient_checkpointing"):
+        ClockSFTConfig(output_dir=str(tmp_path), use_cpu=True, cache_prompt=True, gradient_checkpointing=True)

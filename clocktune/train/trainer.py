@@ -9,6 +9,8 @@ What it changes in ``SFTTrainer``:
   varlen boundaries for FlashAttention — when no token is ever hidden);
 - loss: the LM head projects only positions that predict a label (``logits_to_keep``), through the model's own
   head, so PEFT's trainable rows for the new tokens train in the output layer too (TRL's fused head bypasses it);
+- speed (``cache_prompt``): the system prompt at the start of each row may run without gradients, as a KV cache
+  for the rest of the row;
 - metrics: ``num_tokens`` counts real tokens (TRL's count sums the attention mask, which a 4D mask breaks), and
   loss and token accuracy are logged per action type (``loss/call``, ``accuracy/wait``, ...).
 """
@@ -19,6 +21,7 @@ import math
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 from trl import SFTTrainer
 
 from clocktune.collate import METADATA_KEYS, StreamingCollator
@@ -64,26 +67,51 @@ class ClockSFTTrainer(SFTTrainer):
             **kwargs,
         )
 
-    def _attention_kwargs(self, meta: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, Any]:
-        """The attention inputs for this batch, built where the batch lives."""
+    def _attention_kwargs(self, meta: dict[str, torch.Tensor], dtype: torch.dtype, prefix: int) -> dict[str, Any]:
+        """The attention inputs for this batch, built where the batch lives, for the queries after ``prefix``."""
         implementation = self.model.config._attn_implementation
         if self.args.mask_policy == "causal":
             # Ablation: treat every token as visible forever, which is plain block-causal packing.
             meta = {**meta, "visible_until": torch.full_like(meta["visible_until"], math.inf)}
-        return attention_inputs(meta, implementation, self.args.attention_window_s, dtype)
+        return attention_inputs(meta, implementation, self.args.attention_window_s, dtype, query_start=prefix)
+
+    def _prompt_length(self, meta: dict[str, torch.Tensor], labels: torch.Tensor) -> int:
+        """Tokens at the start of every row that are system prompt and that no label is predicted from (0 if off)."""
+        if not self.args.cache_prompt:
+            return 0
+        # Leading run of sink tokens in each row; the shortest one is shared by the whole batch.
+        leading_sink = meta["sink"].int().cumprod(dim=-1).sum(dim=-1).min()
+        # Logits at p predict the label at p + 1, so the prefix must end before the first labelled position - 1.
+        labelled = (labels != IGNORE_INDEX).any(dim=0).nonzero()
+        first_label = int(labelled[0]) if len(labelled) else labels.shape[-1]
+        prefix = min(int(leading_sink), first_label - 1, labels.shape[-1] - 1)
+        return max(prefix, 0)
+
+    def _run_prompt(self, model, inputs: dict[str, Any], prefix: int) -> dict[str, Any]:
+        """Runs the first ``prefix`` tokens without gradients; returns the inputs for the rest, with their cache."""
+        position_ids = inputs.pop("position_ids")
+        input_ids = inputs.pop("input_ids")
+        cache = DynamicCache(config=self.model.config)
+        with torch.no_grad():
+            # One causal segment starting at position 0 in every row: no mask needed.
+            model(input_ids=input_ids[:, :prefix], position_ids=position_ids[:, :prefix], cache=cache, use_cache=True)
+        return {**inputs, "input_ids": input_ids[:, prefix:], "position_ids": position_ids[:, prefix:], "cache": cache}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mode = "train" if self.model.training else "eval"
         meta = {key: inputs.pop(key) for key in METADATA_KEYS if key in inputs}
         labels = inputs.pop("labels")
         dtype = torch.bfloat16 if self.args.bf16 else next(model.parameters()).dtype
-        inputs.update(self._attention_kwargs(meta, dtype))
+        prefix = self._prompt_length(meta, labels)
+        inputs.update(self._attention_kwargs(meta, dtype, prefix))
+        if prefix:
+            inputs = self._run_prompt(model, inputs, prefix)
 
         # Project only the positions that predict a label: agent tokens are a small share of a timeline, and the
         # model's own LM head (PEFT-wrapped when new token rows train) applies, unlike a fused head.
         targets_all = labels[:, 1:]
         positions = (targets_all != IGNORE_INDEX).any(dim=0).nonzero().squeeze(-1)
-        outputs = model(**inputs, use_cache=False, logits_to_keep=positions)
+        outputs = model(**inputs, use_cache=bool(prefix), logits_to_keep=positions - prefix)
         logits = outputs.logits.float()
         targets = targets_all[:, positions]
         label_mask = targets != IGNORE_INDEX
