@@ -2,9 +2,9 @@
 
     python -m clocktune.demo --out runs/demo        # what `make demo` runs
 
-1. generates streaming dialogues of two domains (training and held-out, different seeds) with the speculative
-   teacher, set by configs/datagen/demo.yaml to act only on what the words support (no coin flips a model could not
-   learn);
+1. generates streaming dialogues of one domain, smart home (training and held-out, different seeds), with the
+   speculative teacher, set by configs/datagen/demo.yaml to act only on what the words support (no coin flips a
+   model could not learn);
 2. scores SmolLM2-135M-Instruct, extended with clock tokens, at every agent decision point of the held-out
    timelines: which action does it choose (wait, call, modify, cancel, say, answer, commit)?
 3. LoRA-fine-tunes it with configs/smollm2-135m/sft_lora_cpu.yaml for a bounded time;
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--recipe", default=str(RECIPE), help="training YAML")
     parser.add_argument("--datagen-config", default=str(DATAGEN), help="generator YAML of the dialogues")
     parser.add_argument("--train-dialogues", type=int, default=600)
-    parser.add_argument("--eval-dialogues", type=int, default=30)
+    parser.add_argument("--eval-dialogues", type=int, default=50)
     parser.add_argument("--max-steps", type=int, default=120)
     parser.add_argument("--max-train-minutes", type=float, default=11.0)
     parser.add_argument("--num-proc", type=int, default=2)
