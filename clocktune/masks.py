@@ -243,9 +243,10 @@ def attention_inputs(
             because transformers cannot split packed documents from ``position_ids`` across a cache.
 
     Returns:
-        ``position_ids`` always, for the whole row. Fast path (nothing hidden, no window): nothing else for eager/sdpa/flex, whose
-        transformers mask builders split documents on restarting ``position_ids`` when ``attention_mask`` is None
-        (with ``use_cache=False``); ``cu_seq_lens_q/k`` and ``max_length_q/k`` for FlashAttention. Otherwise
+        ``position_ids`` always, for the whole row. Fast path (nothing hidden, no window, no cached prefix):
+        nothing else for eager/sdpa/flex, whose transformers mask builders split documents on restarting
+        ``position_ids`` when ``attention_mask`` is None (with ``use_cache=False``); ``cu_seq_lens_q/k`` and
+        ``max_length_q/k`` for FlashAttention. Otherwise
         ``attention_mask``: a ``BlockMask`` for flex_attention, an additive ``[B, 1, L - query_start, L]`` float
         mask for eager/sdpa.
 
