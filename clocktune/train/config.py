@@ -51,7 +51,7 @@ class ClockSFTConfig(SFTConfig):
             Run the system prompt at the start of each row (instructions and tool schemas, which carry no loss)
             without gradients, and feed it to the rest of the row as a KV cache. The forward pass is unchanged; the
             backward pass skips the prompt, so the weights learn only through the tokens after it. On the embedded
-            model, whose ~700-token prompt is about two thirds of a timeline, LoRA steps run 1.3-1.9x faster on a
+            model, whose ~700-token prompt is about two thirds of a timeline, LoRA steps run 1.5-1.6x faster on a
             CPU (BENCHMARKS.md).
             Only the prompt of the first timeline of a row is cached (the shortest across the batch). Needs
             `gradient_checkpointing: false` (checkpointed layers drop the cache) and sdpa, eager or flex_attention.

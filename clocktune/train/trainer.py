@@ -81,11 +81,11 @@ class ClockSFTTrainer(SFTTrainer):
             return 0
         # Leading run of sink tokens in each row; the shortest one is shared by the whole batch.
         leading_sink = meta["sink"].int().cumprod(dim=-1).sum(dim=-1).min()
-        # Logits at p predict the label at p + 1, so the prefix must end before the first labelled position - 1.
+        # Logits at p predict the label at p + 1, so the prefix ends before the position that predicts the first
+        # label (before the last position when there is none).
         labelled = (labels != IGNORE_INDEX).any(dim=0).nonzero()
         first_label = int(labelled[0]) if len(labelled) else labels.shape[-1]
-        prefix = min(int(leading_sink), first_label - 1, labels.shape[-1] - 1)
-        return max(prefix, 0)
+        return max(min(int(leading_sink), first_label - 1), 0)
 
     def _run_prompt(self, model, inputs: dict[str, Any], prefix: int) -> dict[str, Any]:
         """Runs the first ``prefix`` tokens without gradients; returns the inputs for the rest, with their cache."""
