@@ -158,6 +158,20 @@ def test_failures_timeouts_and_failed_inputs_become_error_results():
         ("c2", "input c1 failed or was cancelled"),
     ]
 
+    async def missing_path(executor):  # c1's result has no "items", and "echo" holds no list
+        executor.call("c1", "read", {})
+        executor.call("c2", "read", {"x": {"$ref": "c1.items.0.id"}})
+        executor.call("c3", "write", {"x": {"$ref": "c1.echo.0"}})
+        executor.commit()
+
+    delivered, backend, _ = _run_executor(missing_path)
+    assert [(call, error) for _, call, _, error in delivered] == [
+        ("c1", None),
+        ("c2", "input 'c1.items.0.id': no 'items' in the result of c1"),
+        ("c3", "input 'c1.echo.0': no '0' in the result of c1"),
+    ]
+    assert backend.log == [("read", {})]  # neither reached the backend, and the write changed nothing
+
     async def slow(executor):
         executor.call("c1", "read", {})
 

@@ -214,11 +214,15 @@ class ToolExecutor:
             None,
         )
         content, error = None, None
+        resolved, latency = call.arguments, 0.0
         if failed is not None:
-            resolved, latency = call.arguments, 0.0
             error = f"input {failed} failed or was cancelled"
         else:
-            resolved = resolve_refs(call.arguments, lambda target: self.calls[target].result)
+            try:
+                resolved = resolve_refs(call.arguments, lambda target: self.calls[target].result)
+            except LookupError as missing:  # a path a model wrote (`c1.devices.0.id`) that the result lacks
+                error = f"input {missing.args[0]}"
+        if error is None:
             model = self.tools[call.name].latency
             rng = self._draw(call, resolved)
             latency = sample_latency(model, rng)

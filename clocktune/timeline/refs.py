@@ -38,13 +38,16 @@ def resolve_refs(arguments: Any, result_of: Callable[[str], Any]) -> Any:
         The arguments with every reference resolved.
 
     Raises:
-        KeyError, IndexError: When a path does not exist in the result.
+        LookupError: When a path does not exist in the result, naming the reference and the missing part.
     """
     if ref_target(arguments) is not None:
         target, *path = arguments["$ref"].split(".")
         value = result_of(target)
         for part in path:
-            value = value[int(part)] if isinstance(value, list) else value[part]
+            try:
+                value = value[int(part)] if isinstance(value, list) else value[part]
+            except (KeyError, IndexError, TypeError, ValueError):
+                raise LookupError(f"{arguments['$ref']!r}: no {part!r} in the result of {target}") from None
         return value
     if isinstance(arguments, dict):
         return {key: resolve_refs(value, result_of) for key, value in arguments.items()}
