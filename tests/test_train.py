@@ -227,7 +227,9 @@ def test_next_action_report_counts_every_agent_decision(tmp_path, timelines):
     assert 0 <= summary["next_action_accuracy"] <= 1 and math.isfinite(summary["eval_loss"])
 
 
-def test_cache_prompt_keeps_the_loss_and_drops_only_the_prompts_gradient(tmp_path, timelines):
+def _tiny_trainer_batch(timelines: Path, wanted):
+    """Renders the first two generated timelines for which ``wanted(timeline)`` holds into one packed row, with a
+    tiny untied Llama and its tokenizer, and returns ``(make_trainer(out, **config), model, batch)``."""
     from clocktune.collate import StreamingCollator
     from clocktune.encoding import extend_tokenizer, get_codec
     from clocktune.rendered_dataset import load_timeline_files, render_timelines
@@ -236,24 +238,33 @@ def test_cache_prompt_keeps_the_loss_and_drops_only_the_prompts_gradient(tmp_pat
 
     tokenizer = tiny_tokenizer("chatml")
     extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
-    # Hidden tokens in both rows, so the explicit streaming mask is sliced as well as the prompt.
-    hidden = [t for t in load_timeline_files([timelines]) if any(e.revises for e in t.events)][:2]
-    assert len(hidden) == 2
-    dataset = render_timelines(hidden, tokenizer, "chatml")
+    chosen = [t for t in load_timeline_files([timelines]) if wanted(t)][:2]
+    assert len(chosen) == 2
+    dataset = render_timelines(chosen, tokenizer, "chatml")
     torch.manual_seed(0)
     # Untied embeddings: an input row gets a gradient only from the positions where its token is read.
     config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, tie_word_embeddings=False, **TINY)
     model = LlamaForCausalLM(config)
-    rows = [dataset[i] for i in range(len(dataset))]
-    batch = StreamingCollator(8192, pad_token_id=0)(rows)
-    assert batch["input_ids"].shape[0] == 1 and not torch.isinf(batch["visible_until"]).all()
+    batch = StreamingCollator(8192, pad_token_id=0)([dataset[i] for i in range(len(dataset))])
+    assert batch["input_ids"].shape[0] == 1
+
+    def make_trainer(out: Path, **options):
+        args = ClockSFTConfig(
+            output_dir=str(out), use_cpu=True, bf16=False, max_length=8192, report_to="none",
+            gradient_checkpointing=False, **options,
+        )  # fmt: skip
+        return ClockSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+    return make_trainer, model, batch
+
+
+def test_cache_prompt_keeps_the_loss_and_drops_only_the_prompts_gradient(tmp_path, timelines):
+    # Hidden tokens in both rows, so the explicit streaming mask is sliced as well as the prompt.
+    make_trainer, model, batch = _tiny_trainer_batch(timelines, lambda t: any(e.revises for e in t.events))
+    assert not torch.isinf(batch["visible_until"]).all()
 
     def loss_and_embedding_grad(cache_prompt: bool):
-        args = ClockSFTConfig(
-            output_dir=str(tmp_path / str(cache_prompt)), use_cpu=True, bf16=False, max_length=8192,
-            report_to="none", cache_prompt=cache_prompt, gradient_checkpointing=False,
-        )  # fmt: skip
-        trainer = ClockSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+        trainer = make_trainer(tmp_path / str(cache_prompt), cache_prompt=cache_prompt)
         model.zero_grad()
         loss = trainer.compute_loss(model, {key: value.clone() for key, value in batch.items()})
         loss.backward()
@@ -277,3 +288,27 @@ def test_cache_prompt_refuses_gradient_checkpointing(tmp_path):
 
     with pytest.raises(ValueError, match="gradient_checkpointing"):
         ClockSFTConfig(output_dir=str(tmp_path), use_cpu=True, cache_prompt=True, gradient_checkpointing=True)
+
+
+def test_action_loss_weights_scale_each_action_types_share_of_the_loss(tmp_path, timelines):
+    from clocktune.train.config import ClockSFTConfig
+
+    kinds = {"tool_modify", "commit", "say"}
+    make_trainer, model, batch = _tiny_trainer_batch(timelines, lambda t: kinds <= {e.kind for e in t.events})
+    types = ("call", "modify_cancel", "wait", "say", "commit")
+
+    @torch.no_grad()
+    def loss(weights):
+        trainer = make_trainer(tmp_path, action_loss_weights=weights)
+        return trainer.compute_loss(model, {key: value.clone() for key, value in batch.items()}).item()
+
+    plain = loss(None)
+    only = {name: loss({other: float(other == name) for other in types}) for name in types}
+    assert all(share > 0 for share in only.values())
+    # The types partition the labelled tokens, and a weight scales its type's share only.
+    assert sum(only.values()) == pytest.approx(plain, rel=1e-5)
+    assert loss({"modify_cancel": 3.0}) == pytest.approx(plain + 2 * only["modify_cancel"], rel=1e-5)
+    with pytest.raises(ValueError, match="unknown action type 'answer'"):
+        ClockSFTConfig(output_dir=str(tmp_path), use_cpu=True, action_loss_weights={"answer": 2.0})
+    with pytest.raises(ValueError, match="at least 0"):
+        ClockSFTConfig(output_dir=str(tmp_path), use_cpu=True, action_loss_weights={"wait": -1.0})

@@ -7,6 +7,8 @@ from typing import Any
 
 from trl import SFTConfig
 
+from clocktune.rendered_dataset import ACTION_TYPES
+
 TIME_CODECS = ("text", "abs_bins", "log_delta")
 MODEL_FORMATS = ("qwen2.5", "llama3.2", "chatml")
 MASK_POLICIES = ("streaming", "causal")
@@ -56,6 +58,12 @@ class ClockSFTConfig(SFTConfig):
             Only the prompt of the first timeline of a row is cached (the shortest across the batch). Needs
             `gradient_checkpointing: false` (checkpointed layers drop the cache) and sdpa, eager or flex_attention.
 
+        action_loss_weights (`dict[str, float]`, *optional*):
+            Weight of the loss on each action type's tokens, by the names the trainer logs (`"call"`,
+            `"modify_cancel"`, `"wait"`, `"say"`, `"commit"`); types not named keep weight 1. Rare decisions can be
+            outweighed by common ones: a user's self-correction is about one action in a hundred, and a model
+            trained at weight 1 may never learn to modify its call for it.
+
         > Parameters that control the data
 
         max_timelines (`int`, *optional*):
@@ -76,6 +84,9 @@ class ClockSFTConfig(SFTConfig):
     )
     cache_prompt: bool = field(
         default=False, metadata={"help": "Run each row's system prompt without gradients, as a KV cache."}
+    )
+    action_loss_weights: dict[str, float] | None = field(
+        default=None, metadata={"help": 'Loss weight per action type, e.g. {"modify_cancel": 5.0}; others 1.'}
     )
     max_timelines: int | None = field(default=None, metadata={"help": "Use at most this many training timelines."})
 
@@ -98,6 +109,13 @@ class ClockSFTConfig(SFTConfig):
             raise ValueError("remove_unused_columns must be False: the streaming mask needs the per-token columns")
         if self.max_length is None:
             raise ValueError("max_length must be set: it is the length of the packed rows")
+        for name, weight in (self.action_loss_weights or {}).items():
+            if name not in ACTION_TYPES[1:]:
+                raise ValueError(
+                    f"action_loss_weights: unknown action type {name!r}, expected one of {ACTION_TYPES[1:]}"
+                )
+            if not weight >= 0:
+                raise ValueError(f"action_loss_weights: the weight of {name!r} must be at least 0, got {weight}")
         if self.max_timelines is not None and self.max_timelines < 1:
             raise ValueError(f"max_timelines must be at least 1, got {self.max_timelines}")
         self.dataset_kwargs = {**(self.dataset_kwargs or {}), "skip_prepare_dataset": True}

@@ -119,13 +119,17 @@ class ClockSFTTrainer(SFTTrainer):
         log_probs = logits.log_softmax(dim=-1)
         nll = -log_probs.gather(-1, targets.masked_fill(~label_mask, 0).unsqueeze(-1)).squeeze(-1)
         nll = nll.masked_fill(~label_mask, 0.0)
+        actions = meta["action"][:, 1:][:, positions].to(label_mask.device)
+        weighted = nll
+        if self.args.action_loss_weights:
+            weights = [self.args.action_loss_weights.get(name, 1.0) for name in ACTION_TYPES]
+            weighted = nll * torch.tensor(weights, dtype=nll.dtype, device=nll.device)[actions.long()]
         num_tokens = label_mask.sum() if num_items_in_batch is None else num_items_in_batch
-        loss = nll.sum() / torch.as_tensor(num_tokens, device=nll.device).clamp(min=1)
+        loss = weighted.sum() / torch.as_tensor(num_tokens, device=nll.device).clamp(min=1)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * (self.accelerator.num_processes // self.get_tp_size())
 
         with torch.no_grad():
-            actions = meta["action"][:, 1:][:, positions].to(label_mask.device)
             self._log_token_metrics(mode, log_probs, nll, label_mask, targets, actions)
         if mode == "train":
             # Padding arrives at time inf; every other position is a token the model processed.
