@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"always choosing wait would score {summary['next_action_accuracy_always_wait']:.3f} next-action accuracy")
     print(f"trained {summary['train_steps']} steps in {summary['train_seconds']} s; summary in {out / 'summary.json'}")
     if summary["train_steps"] < summary["planned_steps"]:
-        # The schedule never annealed, so these scores are not the recipe's (BENCHMARKS.md: 58 of 120 steps gave
-        # 0.787 / 0.586 where the full run gives 0.871 / 0.802).
+        # The schedule never annealed, so these scores are not the recipe's (BENCHMARKS.md: one run stopped at step
+        # 58 of 120 scored 0.787 / 0.586, where the same recipe's full run scores 0.871 / 0.802).
         print(
             f"warning: the {args.max_train_minutes:g}-minute budget stopped training at step {summary['train_steps']}"
             f" of {summary['planned_steps']}, before the learning rate annealed: these scores are below the recipe's."
