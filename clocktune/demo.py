@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(
             f"warning: the {args.max_train_minutes:g}-minute budget stopped training at step {summary['train_steps']}"
             f" of {summary['planned_steps']}, before the learning rate annealed: these scores are below the recipe's."
-            " On 2 cores the 120 steps take about 9 minutes when nothing else shares the CPU."
+            " Is another job sharing the CPU?"
         )
     return summary
 

@@ -66,6 +66,9 @@ class ClockSFTTrainer(SFTTrainer):
             processing_class=processing_class,
             **kwargs,
         )
+        # Loss weight per action code (ACTION_TYPES order), or None for the plain token mean.
+        weights = args.action_loss_weights
+        self._action_weights = torch.tensor([weights.get(name, 1.0) for name in ACTION_TYPES]) if weights else None
 
     def _attention_kwargs(self, meta: dict[str, torch.Tensor], dtype: torch.dtype, prefix: int) -> dict[str, Any]:
         """The attention inputs for this batch, built where the batch lives, for the queries after ``prefix``."""
@@ -121,9 +124,8 @@ class ClockSFTTrainer(SFTTrainer):
         nll = nll.masked_fill(~label_mask, 0.0)
         actions = meta["action"][:, 1:][:, positions].to(label_mask.device)
         weighted = nll
-        if self.args.action_loss_weights:
-            weights = [self.args.action_loss_weights.get(name, 1.0) for name in ACTION_TYPES]
-            weighted = nll * torch.tensor(weights, dtype=nll.dtype, device=nll.device)[actions.long()]
+        if self._action_weights is not None:
+            weighted = nll * self._action_weights.to(nll.device, nll.dtype)[actions.long()]
         num_tokens = label_mask.sum() if num_items_in_batch is None else num_items_in_batch
         loss = weighted.sum() / torch.as_tensor(num_tokens, device=nll.device).clamp(min=1)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
