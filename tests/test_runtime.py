@@ -13,9 +13,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from clocktune.actions import Action, parse_action
 from clocktune.clock import DeviceProfile
-from clocktune.runtime.evaluate import run_policy, summarize_runs
+from clocktune.runtime.evaluate import PolicyRun, paired_bootstrap, run_policy, summarize_runs
 from clocktune.runtime.executor import ToolExecutor
-from clocktune.runtime.scoring import score_session, side_effect_violations
+from clocktune.runtime.scoring import DialogueResult, score_session, side_effect_violations
 from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
 from clocktune.runtime.session import Decision, Session, SessionConfig
 from clocktune.runtime.virtual_clock import run_virtual
@@ -211,6 +211,35 @@ def test_speculation_cuts_latency_and_the_oracle_bounds_it(runs):
     assert summary["accuracy"] == summary["baseline_accuracy"] == 1.0
     assert summary["wasted_calls_per_dialogue"] > 0  # wrong guesses were made and paid for
     assert 0.5 < summary["share_of_oracle_reduction"] <= 1.01
+
+
+def _run_of(name, latencies, accurate):
+    results = [
+        DialogueResult(f"d{i}", name, ok, ok, ok, ok, lat is not None, lat, lat, 1, 0, 0.0, 0, 0, "done")
+        for i, (lat, ok) in enumerate(zip(latencies, accurate, strict=True))
+    ]
+    return PolicyRun(name, results, [])
+
+
+def test_paired_bootstrap_intervals_cover_the_estimate_and_shrink_with_more_dialogues(runs):
+    # Every dialogue exactly twice as fast and equally accurate: no resample can say otherwise.
+    rng = random.Random(0)
+    base = [rng.uniform(0.5, 2.0) for _ in range(200)]
+    exact = paired_bootstrap(_run_of("p", [b / 2 for b in base], [True] * 200), _run_of("b", base, [True] * 200))
+    assert exact["speedup_p50_ci95"] == pytest.approx([2.0, 2.0])
+    assert exact["accuracy_delta_ci95"] == [0.0, 0.0]
+    # 6 of 20 against 5 of 20, unanswered dialogues left out of the medians as speedup_p50 leaves them out.
+    ok, base_ok = [i < 6 for i in range(20)], [i < 5 or i == 19 for i in range(20)]
+    small = paired_bootstrap(_run_of("p", [None] * 2 + base[2:20], ok), _run_of("b", base[:20], base_ok))
+    low, high = small["accuracy_delta_ci95"]
+    assert low < 0.0 < 0.05 < high  # one dialogue in twenty cannot be told from none
+    # Real runs: the interval holds the point estimate and narrows with four times the dialogues.
+    summary = summarize_runs(runs["speculative"], runs["sync"])
+    low, high = summary["speedup_p50_ci95"]
+    assert low < summary["speedup_p50"] < high
+    quarter = [PolicyRun(r.name, r.results[:75], []) for r in (runs["speculative"], runs["sync"])]
+    low_q, high_q = paired_bootstrap(*quarter)["speedup_p50_ci95"]
+    assert high_q - low_q > 1.5 * (high - low)
 
 
 def test_speculative_replay_reproduces_the_recorded_response_times(generated, runs):
@@ -433,7 +462,8 @@ def test_eval_cli_writes_summary_results_and_plots(tmp_path, generated, capsys):
     summary = json.loads((out / "summary.json").read_text())
     for key in (
         "dialogues", "accuracy", "baseline_accuracy", "latency_p50_s", "latency_p90_s", "baseline_latency_p50_s",
-        "speedup_p50", "speedup_mean", "wasted_calls_per_dialogue", "side_effect_violations", "failures",
+        "speedup_p50", "speedup_mean", "speedup_p50_ci95", "accuracy_delta_ci95", "wasted_calls_per_dialogue",
+        "side_effect_violations", "failures",
     ):  # fmt: skip
         assert key in summary, key
     assert summary["dialogues"] == 40 and summary["side_effect_violations"] == 0
