@@ -400,6 +400,36 @@ def test_model_policy_context_renders_to_the_ids_fed_and_matches_a_full_forward(
     assert torch.allclose(full, cached, atol=1e-4)
 
 
+def test_sessions_of_one_model_share_the_system_prompt_prefill(generated, tiny_chatml_model):
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    model, tokenizer = tiny_chatml_model
+    same_tools = [t for t in generated[0] if t.domain == generated[0][0].domain and len(t.events) < 40][:2]
+    fed = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+
+    def play(timeline, system_caches):
+        fed.clear()
+        policy = ModelPolicy(model, tokenizer, timeline, max_new_tokens=4, system_caches=system_caches)
+        probe = _ReplayThroughModel(policy, ScriptedPolicy(timeline, "speculative"))
+        run_virtual(Session(timeline, probe, SessionConfig()).run())
+        return [logits for _, _, logits in probe.logits], sum(fed), len(policy.system_ids)
+
+    try:
+        shared = {}
+        play(same_tools[0], shared)  # the first session of the model prefills the system prompt
+        alone, fed_alone, system = play(same_tools[1], None)
+        together, fed_together, _ = play(same_tools[1], shared)
+    finally:
+        hook.remove()
+    # A later session starts from a copy of that prefill and decides exactly as one that computed its own.
+    assert len(shared) == 1 and fed_together == fed_alone - system > 0
+    assert len(alone) == len(together) > 2
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(alone, together, strict=True))
+
+
 def test_untrained_model_output_gets_notices_not_crashes(generated, tiny_chatml_model):
     from clocktune.runtime.model_policy import ModelPolicy
 

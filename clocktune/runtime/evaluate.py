@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from clocktune.runtime.scoring import DialogueResult, score_session
 from clocktune.runtime.session import Policy, Session, SessionConfig, SessionLog
 from clocktune.runtime.virtual_clock import run_on_clock
@@ -67,13 +69,15 @@ class PolicyRun:
 
 
 async def _play(
-    timelines: Sequence[Timeline], factory: PolicyFactory, config: SessionConfig, concurrency: int
+    timelines: Sequence[Timeline], factory: PolicyFactory, config: SessionConfig, concurrency: int, bar: tqdm
 ) -> list[SessionLog]:
     limit = asyncio.Semaphore(concurrency)
 
     async def one(timeline: Timeline) -> SessionLog:
         async with limit:
-            return await Session(timeline, factory(timeline), config).run()
+            log = await Session(timeline, factory(timeline), config).run()
+        bar.update()
+        return log
 
     return await asyncio.gather(*(one(timeline) for timeline in timelines))
 
@@ -84,6 +88,7 @@ def run_policy(
     factory: PolicyFactory,
     config: SessionConfig,
     concurrency: int = 10_000,
+    progress: bool = False,
 ) -> PolicyRun:
     """Runs every timeline under one policy and scores it.
 
@@ -94,11 +99,13 @@ def run_policy(
         config: Session config (clock, device profile, injected failures).
         concurrency: Sessions in flight at once (all of them on the virtual clock; model policies on the wall
             clock want fewer).
+        progress: Show a progress bar of finished sessions (model policies take seconds per session).
 
     Returns:
         The run.
     """
-    logs = run_on_clock(_play(timelines, factory, config, concurrency), config.clock)
+    with tqdm(total=len(timelines), desc=name, unit="session", disable=not progress) as bar:
+        logs = run_on_clock(_play(timelines, factory, config, concurrency, bar), config.clock)
     return PolicyRun(name, [score_session(log, name) for log in logs], list(logs))
 
 
@@ -110,6 +117,7 @@ def compare_policies(
     out_dir: str | os.PathLike,
     concurrency: int = 10_000,
     extra: dict[str, Any] | None = None,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """The benchmark: a policy and a baseline (and the scripted oracle as the bound, unless one of them is it) on
     the same timelines; writes the report (:func:`write_report`), prints the table and returns the summary.
@@ -122,6 +130,7 @@ def compare_policies(
         out_dir: Report folder.
         concurrency: Sessions in flight at once.
         extra: Settings to record in the summary (profile, clock, model, ...).
+        progress: Show a progress bar per policy.
 
     Returns:
         The summary (:func:`summarize_runs` plus ``extra``).
@@ -129,12 +138,12 @@ def compare_policies(
     from clocktune.runtime.scripted import ScriptedPolicy
 
     (name, factory), (base_name, base_factory) = policy, baseline
-    measured = run_policy(name, timelines, factory, config, concurrency)
-    base = run_policy(base_name, timelines, base_factory, config, concurrency)
+    measured = run_policy(name, timelines, factory, config, concurrency, progress)
+    base = run_policy(base_name, timelines, base_factory, config, concurrency, progress)
     runs = [base, measured]
     oracle = None
     if "oracle" not in (policy[0], baseline[0]):
-        oracle = run_policy("oracle", timelines, lambda t: ScriptedPolicy(t, "oracle"), config, concurrency)
+        oracle = run_policy("oracle", timelines, lambda t: ScriptedPolicy(t, "oracle"), config, concurrency, progress)
         runs.append(oracle)
     summary = {**summarize_runs(measured, base, oracle), **(extra or {})}
     write_report(out_dir, runs, summary)

@@ -10,10 +10,15 @@ training showed it.
 Attention over the cache follows the streaming mask (DESIGN.md §4): each fed token attends to the earlier tokens
 still visible at its time, and to itself, through an additive 4D mask; hidden partials and superseded results
 stop being attended the moment they are hidden.
+
+Every session over the same tools starts with the same system prompt (hundreds of tokens of tool schemas), so the
+policies of one model share its prefilled cache and each session starts from a copy, as serving engines' prefix
+caches do.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -34,15 +39,24 @@ class ModelPolicy:
         timeline: The session's timeline (its tools go in the system prompt).
         name: Name recorded in results.
         max_new_tokens: Longest action the model may write.
+        system_caches: Prefilled caches of system prompts by their ids, shared by the policies of one model (a
+            fresh dict when ``None``).
     """
 
     def __init__(
-        self, model: Any, tokenizer: Any, timeline: Timeline, name: str = "model", max_new_tokens: int = 128
+        self,
+        model: Any,
+        tokenizer: Any,
+        timeline: Timeline,
+        name: str = "model",
+        max_new_tokens: int = 128,
+        system_caches: dict[tuple[int, ...], Any] | None = None,
     ) -> None:
         self.name = name
         self.model = model
         self.tokenizer = tokenizer
         self.renderer = Renderer(tokenizer, timeline.tools)
+        self.system_ids = tuple(self.renderer.rendering.input_ids)  # the rendering holds only the system prompt yet
         fmt = self.renderer.encoding.model_format
         self.model_format = fmt
         end_ids = tokenizer.encode(fmt.end, add_special_tokens=False)
@@ -53,6 +67,7 @@ class ModelPolicy:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache: Any = None
+        self.system_caches = {} if system_caches is None else system_caches
         self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
         self.last_prompt_logits: torch.Tensor | None = None  # next-token logits at the last decision point
 
@@ -99,8 +114,19 @@ class ModelPolicy:
             position_ids=positions,
             cache=self.cache,
             use_cache=True,
+            logits_to_keep=1,  # only the next token's: the vocabulary projection of a prefill is most of its cost
         )
         return output.logits[0, -1]
+
+    def _start_from_system_prompt(self) -> None:
+        system = self.system_ids
+        cached = self.system_caches.get(system)
+        if cached is None:
+            self._forward(list(system), [0.0] * len(system), [math.inf] * len(system))
+            self.system_caches[system] = copy.deepcopy(self.cache)
+        else:
+            self.cache = copy.deepcopy(cached)
+        self.fed_ids = list(system)
 
     @torch.no_grad()
     def act(self, t: float) -> Decision:
@@ -112,6 +138,8 @@ class ModelPolicy:
         Returns:
             The parsed action and the tokens generated, or the parse error.
         """
+        if self.cache is None:
+            self._start_from_system_prompt()
         rendering = self.renderer.rendering
         kept = len(self.fed_ids)
         pending = rendering.input_ids[kept:]

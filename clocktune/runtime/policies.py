@@ -89,8 +89,9 @@ def policy_factory(strategy: str, model: str = "scripted", loaded: tuple[Any, An
     from clocktune.runtime.model_policy import ModelPolicy
 
     network, tokenizer = loaded if loaded is not None else load_policy_model(model)
+    system_caches: dict = {}  # the sessions of this model share the prefill of each system prompt
 
     def from_model(timeline: Timeline) -> ModelPolicy:
-        return ModelPolicy(network, tokenizer, timeline, name=strategy)
+        return ModelPolicy(network, tokenizer, timeline, name=strategy, system_caches=system_caches)
 
     return from_model
