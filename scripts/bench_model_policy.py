@@ -1,8 +1,8 @@
 """Benchmark: wall time of a trained checkpoint playing held-out dialogues in the runtime, with and without the
 shared system-prompt prefill.
 
-Every session of one model over the same tools starts with the same system prompt (about 750 tokens of tool
-schemas for the smart-home domain). ``policy_factory`` gives the sessions of a model one shared dict of prefilled
+Every session of one model over the same tools starts with the same system prompt (742 tokens for the smart-home
+domain, most of them tool schemas). ``policy_factory`` gives the sessions of a model one shared dict of prefilled
 caches, so only the first session prefills it; the baseline gives each session its own dict, as every session
 prefilled it before. Both runs play the same dialogues on the virtual clock in this process, one session at a
 time, and must make the same decisions (the script checks that the results are identical).
