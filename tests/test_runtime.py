@@ -215,7 +215,23 @@ def test_speculation_cuts_latency_and_the_oracle_bounds_it(runs):
 
 def _run_of(name, latencies, accurate):
     results = [
-        DialogueResult(f"d{i}", name, ok, ok, ok, ok, lat is not None, lat, lat, 1, 0, 0.0, 0, 0, "done")
+        DialogueResult(
+            id=f"d{i}",
+            policy=name,
+            accurate=ok,
+            calls_ok=ok,
+            state_ok=ok,
+            answer_ok=ok,
+            answered=lat is not None,
+            latency_s=lat,
+            completion_s=lat,
+            dispatches=1,
+            wasted_calls=0,
+            wasted_tool_s=0.0,
+            notices=0,
+            side_effect_violations=0,
+            end_reason="done",
+        )
         for i, (lat, ok) in enumerate(zip(latencies, accurate, strict=True))
     ]
     return PolicyRun(name, results, [])
