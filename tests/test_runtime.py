@@ -15,7 +15,7 @@ from clocktune.actions import Action, parse_action
 from clocktune.clock import DeviceProfile
 from clocktune.runtime.evaluate import PolicyRun, paired_bootstrap, run_policy, summarize_runs
 from clocktune.runtime.executor import ToolExecutor
-from clocktune.runtime.scoring import DialogueResult, score_session, side_effect_violations
+from clocktune.runtime.scoring import DialogueResult, latencies_from_speech_end, score_session, side_effect_violations
 from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
 from clocktune.runtime.session import Decision, Session, SessionConfig
 from clocktune.runtime.virtual_clock import run_virtual
@@ -475,6 +475,27 @@ def test_scoring_checks_calls_state_and_answer_facts(generated):
     )
     assert not score_session(wrong_answer, "sync").answer_ok
     assert not score_session(replace(log, final_state={}), "sync").state_ok
+
+
+def test_latency_counts_from_the_end_of_speech_even_when_the_agent_reads_it_late(generated):
+    from clocktune.clock import PROFILES
+    from clocktune.timeline.analysis import response_latencies
+
+    # On the phone profile a speculative call takes about half a second to emit, so the user often finishes while
+    # the agent is still writing one, and the final chunk enters its context only after that action.
+    config = SessionConfig(device=PROFILES["phone-135m"])
+    late = 0
+    for timeline in generated[0][:40]:
+        log = run_virtual(Session(timeline, ScriptedPolicy(timeline, "speculative"), config).run())
+        spoken = next(e.t for e in timeline.events if e.kind == "user_chunk" and e.final)
+        read = next(e.t for e in log.timeline.events if e.kind == "user_chunk" and e.final)
+        assert log.speech_ends[0] == pytest.approx(spoken, abs=1e-3)  # the first utterance replays at its own times
+        answer = next(e.t for e in log.timeline.events if e.kind == "say" and e.final)
+        assert latencies_from_speech_end(log)[0] == pytest.approx(answer - spoken, abs=1e-3)
+        if read > spoken + 0.05:
+            late += 1
+            assert score_session(log, "speculative").latency_s > statistics.fmean(response_latencies(log.timeline))
+    assert late >= 5
 
 
 def test_scoring_names_the_first_failure_of_a_session(generated):

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from clocktune.runtime.session import SessionLog
-from clocktune.timeline.analysis import executed_calls, response_latencies
+from clocktune.timeline.analysis import executed_calls
 from clocktune.timeline.events import Timeline
 
 
@@ -120,6 +120,24 @@ def _failure(log: SessionLog, executed: list[tuple[str, dict]], calls_ok: bool, 
     return "answer_missing_facts" if log.answered else "unanswered"
 
 
+def latencies_from_speech_end(log: SessionLog) -> list[float]:
+    """Seconds from each end of speech to the final answer of its turn.
+
+    The clock starts when the final chunk arrived, not when it entered the agent's context: an agent still
+    emitting a speculative call as the user finishes reads the chunk later, and counting from then would credit
+    it with time the user spent waiting.
+
+    Args:
+        log: A session's log.
+
+    Returns:
+        One latency per answered turn, in turn order.
+    """
+    answers = [event.t for event in log.timeline.events if event.kind == "say" and event.final]
+    # A turn left unanswered has an end of speech and no answer.
+    return [answer - end for answer, end in zip(answers, log.speech_ends[: len(answers)], strict=True)]
+
+
 def score_session(log: SessionLog, policy: str) -> DialogueResult:
     """Scores a session.
 
@@ -141,7 +159,7 @@ def score_session(log: SessionLog, policy: str) -> DialogueResult:
     last = answers[-1].lower() if answers else ""
     answer_ok = log.answered and all(fact.lower() in last for fact in truth.facts)
     accurate = calls_ok and state_ok and answer_ok
-    latencies = response_latencies(timeline)
+    latencies = latencies_from_speech_end(log)
     latency = statistics.fmean(latencies) if log.answered and latencies else None
     return DialogueResult(
         id=timeline.id,

@@ -88,6 +88,9 @@ class SessionLog:
         wasted_dispatches: Requests whose results were cancelled, superseded or never used.
         wasted_tool_s: Tool time spent on aborted requests.
         end_reason: ``done``, ``gave_up`` (too many notices) or ``timeout`` (a turn went unanswered).
+        speech_ends: When each utterance's final chunk arrived: the end of speech that response latency counts
+            from. The chunk's ``t`` in the log is when it entered the agent's context, later than this when the
+            agent was still emitting an action as the user finished.
     """
 
     timeline: Timeline
@@ -98,6 +101,7 @@ class SessionLog:
     wasted_dispatches: int
     wasted_tool_s: float
     end_reason: str
+    speech_ends: list[float]
 
 
 def utterances(timeline: Timeline) -> tuple[list[list[Event]], list[float]]:
@@ -159,12 +163,15 @@ class Session:
         self._notices = 0
         self._end_reason = "done"
         self._last_chunk_id: dict[str, str] = {}  # recorded chunk id -> logged id (for revisions)
+        self._speech_ends: list[float] = []
 
     # Event sources ------------------------------------------------------------------------------------------
 
     def _arrive(self, fields: dict[str, Any]) -> None:
         if fields["kind"] == "user_chunk":
             self._speech_pending -= 1
+            if fields["final"]:
+                self._speech_ends.append(self.now())
         self._inbox.append(fields)
         self._wake.set()
 
@@ -399,4 +406,5 @@ class Session:
             wasted_dispatches=self.executor.wasted_dispatches,
             wasted_tool_s=round(self.executor.wasted_tool_s, 3),
             end_reason=self._end_reason,
+            speech_ends=self._speech_ends,
         )

@@ -174,7 +174,18 @@ def observed_tool_latencies(timeline: Timeline) -> list[float]:
 
 
 def response_latencies(timeline: Timeline) -> list[float]:
-    """For each turn, seconds from the user's final chunk to the agent's final answer."""
+    """For each turn, seconds from the user's final chunk to the agent's final answer.
+
+    A timeline's ``t`` is when an event entered the agent's context, so this counts from when the agent read the
+    end of speech; a session's latency (``clocktune.runtime.scoring.latencies_from_speech_end``) counts from when the
+    user finished, which is earlier when the agent was busy emitting an action at that moment.
+
+    Args:
+        timeline: A valid timeline.
+
+    Returns:
+        One latency per answered turn, in turn order.
+    """
     latencies, end_of_speech = [], None
     for event in timeline.events:
         if event.kind == "user_chunk" and event.final:
