@@ -308,6 +308,9 @@ class _FuzzPolicy:
     def __init__(self, seed):
         self.rng = random.Random(seed)
 
+    def close(self):
+        pass
+
     def observe(self, events):
         return sum(len(e.text or "") // 4 for e in events)
 
@@ -366,6 +369,9 @@ class _ReplayThroughModel:
     def __init__(self, model_policy, scripted):
         self.inner, self.scripted, self.name = model_policy, scripted, "probe"
         self.logits = []
+
+    def close(self):
+        self.inner.close()
 
     def observe(self, events):
         self.scripted.observe(events)
@@ -451,10 +457,18 @@ def test_untrained_model_output_gets_notices_not_crashes(generated, tiny_chatml_
 
     model, tokenizer = tiny_chatml_model
     config = SessionConfig(max_notices=4, device=DeviceProfile("fast", 1e6, 1e4, 0.0))
-    run = run_policy("tiny", generated[0][:3], lambda t: ModelPolicy(model, tokenizer, t, max_new_tokens=8), config)
+    policies = []
+
+    def factory(timeline):
+        policies.append(ModelPolicy(model, tokenizer, timeline, max_new_tokens=8))
+        return policies[-1]
+
+    run = run_policy("tiny", generated[0][:3], factory, config)
     for result in run.results:
         assert result.end_reason in ("gave_up", "done", "timeout") and result.notices <= 4
     assert sum(result.notices for result in run.results) > 0  # random weights write invalid actions
+    # A long evaluation must not keep every finished session's KV cache.
+    assert len(policies) == 3 and all(policy.cache is None for policy in policies)
 
 
 # Scoring and CLI -------------------------------------------------------------------------------------------

@@ -75,7 +75,11 @@ async def _play(
 
     async def one(timeline: Timeline) -> SessionLog:
         async with limit:
-            log = await Session(timeline, factory(timeline), config).run()
+            policy = factory(timeline)
+            try:
+                log = await Session(timeline, policy, config).run()
+            finally:
+                policy.close()
         bar.update()
         return log
 

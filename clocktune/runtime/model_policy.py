@@ -19,7 +19,9 @@ caches do.
 from __future__ import annotations
 
 import copy
+import ctypes
 import math
+import sys
 from typing import Any
 
 import torch
@@ -70,6 +72,20 @@ class ModelPolicy:
         self.system_caches = {} if system_caches is None else system_caches
         self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
         self.last_prompt_logits: torch.Tensor | None = None  # next-token logits at the last decision point
+
+    def close(self) -> None:
+        """Drops the session's KV cache and hands the freed heap back to the system.
+
+        Each session's cache grows by one concatenation per token, so it leaves a heap of differently sized free
+        blocks that glibc keeps: over a 100-dialogue evaluation of two models on CPU, resident memory grew by about
+        50 MB per session to 11 GB, and ``malloc_trim`` returns it.
+        """
+        self.cache = None
+        self.last_prompt_logits = None
+        if sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None)
+            if hasattr(libc, "malloc_trim"):  # glibc's; musl has none
+                libc.malloc_trim(0)
 
     def observe(self, events: list[Event]) -> int:
         """Appends events to the rendered context (fed lazily, at the next ``act``).

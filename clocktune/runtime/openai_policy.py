@@ -294,6 +294,9 @@ class OpenAIChatPolicy:
             return f"{clock} tool result {event.call_id}: {_dumps(content)}"
         return f"{clock} runtime notice: {event.text or ''}"
 
+    def close(self) -> None:
+        """Nothing to release: each request opens and closes its own connection."""
+
     def observe(self, events: list[Event]) -> int:
         """Appends events to the chat history.
 

@@ -141,6 +141,9 @@ class ScriptedPolicy:
         self._cursor = 0  # next recorded action of the turn (``speculative``)
         self._versions: dict[str, int] = {}  # call id -> version last issued (replay triggers)
 
+    def close(self) -> None:
+        """Nothing to release: the plan is plain data."""
+
     # Observation ----------------------------------------------------------------------------------------------
 
     def observe(self, events: list[Event]) -> int:

@@ -43,13 +43,16 @@ class Decision:
 class Policy(Protocol):
     """Decides the agent's actions. ``observe`` receives every event the session logs, in order (the agent's
     own accepted actions and notices included) and returns how many new context tokens it read; ``act`` returns
-    the next action at time ``t``; ``name`` labels its results and its session logs."""
+    the next action at time ``t``; ``close`` releases what it holds once its session is over (a model's KV
+    cache); ``name`` labels its results and its session logs."""
 
     name: str
 
     def observe(self, events: list[Event]) -> int: ...
 
     def act(self, t: float) -> Decision: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
