@@ -548,6 +548,9 @@ def test_eval_cli_writes_summary_results_and_plots(tmp_path, generated, capsys):
     ):  # fmt: skip
         assert key in summary, key
     assert summary["dialogues"] == 40 and summary["side_effect_violations"] == 0
+    # Against the scripted sync baseline, the bound is the oracle's own speedup.
+    oracle_speedup = summary["baseline_latency_p50_s"] / summary["oracle_latency_p50_s"]
+    assert summary["bound_speedup_p50"] == pytest.approx(oracle_speedup, abs=1e-3) and summary["bound_speedup_p50"] > 1
     # Injected failures cost some dialogues; the table says why.
     assert summary["failures"] and f"speculative failed: {next(iter(summary['failures']))}" in capsys.readouterr().out
     lines = (out / "results.jsonl").read_text().splitlines()
@@ -558,6 +561,21 @@ def test_eval_cli_writes_summary_results_and_plots(tmp_path, generated, capsys):
     assert [t.id for t in sessions] == [t.id for t in generated[0][:40]]
     for name in ("latency_cdf.png", "gantt_sync.png", "gantt_speculative.png", "gantt_oracle.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_bound_divides_the_flawless_sync_not_the_baseline(tmp_path, generated):
+    from clocktune.runtime.evaluate import compare_policies
+
+    timelines, config = generated[0][:40], SessionConfig()
+    factory = {name: (lambda t, n=name: ScriptedPolicy(t, n)) for name in ("speculative", "sync_parallel", "sync")}
+    summary = compare_policies(
+        timelines, ("speculative", factory["speculative"]), ("sync_parallel", factory["sync_parallel"]), config,
+        tmp_path, progress=False,
+    )  # fmt: skip
+    sync = run_policy("sync", timelines, factory["sync"], config)
+    assert summary["bound_speedup_p50"] == pytest.approx(sync.latency(50) / summary["oracle_latency_p50_s"], abs=1e-3)
+    oracle_over_baseline = summary["baseline_latency_p50_s"] / summary["oracle_latency_p50_s"]
+    assert summary["bound_speedup_p50"] > oracle_over_baseline  # the sync loop is slower than sync_parallel
 
 
 def test_wall_clock_mode_runs_in_real_time(generated):

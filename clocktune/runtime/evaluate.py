@@ -137,7 +137,8 @@ def compare_policies(
         progress: Show a progress bar per policy.
 
     Returns:
-        The summary (:func:`summarize_runs` plus ``extra``).
+        The summary (:func:`summarize_runs`, ``bound_speedup_p50`` when the oracle ran: the scripted sync's median
+        over the oracle's, and ``extra``).
     """
     from clocktune.runtime.scripted import ScriptedPolicy
 
@@ -149,10 +150,21 @@ def compare_policies(
     if "oracle" not in (policy[0], baseline[0]):
         oracle = run_policy("oracle", timelines, lambda t: ScriptedPolicy(t, "oracle"), config, concurrency, progress)
         runs.append(oracle)
-    summary = {**summarize_runs(measured, base, oracle), **(extra or {})}
+    summary = summarize_runs(measured, base, oracle)
+    bound = None
+    if oracle is not None and oracle.latency(50):
+        # What the dialogues allow at all. A baseline slower than the flawless turn-based loop (a model that writes
+        # more tokens, calls the wrong tool, retries) lets a policy beat the oracle's bound by that slowness alone.
+        flawless = run_policy("sync", timelines, lambda t: ScriptedPolicy(t, "sync"), config, concurrency)
+        flawless_p50 = flawless.latency(50)
+        bound = _rounded(flawless_p50 / oracle.latency(50)) if flawless_p50 else None
+        summary["bound_speedup_p50"] = bound
+    summary.update(extra or {})
     write_report(out_dir, runs, summary)
     print(format_table(runs, base))
     print(format_intervals(summary))
+    if bound is not None:
+        print(f"bound: on these dialogues the oracle answers {bound:.2f}x sooner than a flawless turn-based loop")
     return summary
 
 
