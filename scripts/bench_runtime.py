@@ -50,14 +50,13 @@ def _latency_table(args: argparse.Namespace) -> None:
     for seed in range(args.seeds):
         runs = _policy_runs(_dialogues(args.dialogues, seed), SessionConfig())
         # Rows read the runs directly: a summary per row would resample every pair for intervals nobody prints.
-        sync_p50, parallel_p50 = runs["sync"].latency(50), runs["sync_parallel"].latency(50)
         for name, run in runs.items():
             pooled[name] += run.results
-            p50 = run.latency(50)
-            speedups[name].append(sync_p50 / p50)
+            versus_sync = run.speedup_over(runs["sync"])
+            speedups[name].append(versus_sync)
             print(
-                f"{seed:>4} {name:<14}{run.share('accurate'):>9.3f}{p50:>8.3f}"
-                f"{sync_p50 / p50:>8.2f}x{parallel_p50 / p50:>11.2f}x{run.violations:>11d}"
+                f"{seed:>4} {name:<14}{run.share('accurate'):>9.3f}{run.latency(50):>8.3f}"
+                f"{versus_sync:>8.2f}x{run.speedup_over(runs['sync_parallel']):>11.2f}x{run.violations:>11d}"
             )
         summary = summarize_runs(runs["speculative"], runs["sync"], runs["oracle"])
         shares.append(summary["share_of_oracle_reduction"])

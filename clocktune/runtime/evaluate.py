@@ -58,6 +58,11 @@ class PolicyRun:
         """The ``q``-th percentile of response latency over answered dialogues (``None`` when none was)."""
         return _percentile([r.latency_s for r in self.results if r.latency_s is not None], q)
 
+    def speedup_over(self, baseline: PolicyRun) -> float | None:
+        """The baseline's median latency over this run's (``None`` when either has no answered dialogue)."""
+        p50, base_p50 = self.latency(50), baseline.latency(50)
+        return base_p50 / p50 if p50 and base_p50 else None
+
     def failures(self) -> dict[str, int]:
         """How many dialogues failed for each reason (``DialogueResult.failure``), most frequent first."""
         return dict(Counter(r.failure for r in self.results if r.failure is not None).most_common())
@@ -152,13 +157,11 @@ def compare_policies(
         runs.append(oracle)
     summary = summarize_runs(measured, base, oracle)
     bound = None
-    if oracle is not None and oracle.latency(50):
+    if oracle is not None:
         # What the dialogues allow at all. A baseline slower than the flawless turn-based loop (a model that writes
         # more tokens, calls the wrong tool, retries) lets a policy beat the oracle's bound by that slowness alone.
         flawless = run_policy("sync", timelines, lambda t: ScriptedPolicy(t, "sync"), config, concurrency)
-        flawless_p50 = flawless.latency(50)
-        bound = _rounded(flawless_p50 / oracle.latency(50)) if flawless_p50 else None
-        summary["bound_speedup_p50"] = bound
+        summary["bound_speedup_p50"] = bound = _rounded(oracle.speedup_over(flawless))
     summary.update(extra or {})
     write_report(out_dir, runs, summary)
     print(format_table(runs, base))
@@ -271,7 +274,7 @@ def summarize_runs(policy: PolicyRun, baseline: PolicyRun, oracle: PolicyRun | N
         "latency_p90_s": _rounded(policy.latency(90)),
         "baseline_latency_p50_s": _rounded(base_p50),
         "baseline_latency_p90_s": _rounded(baseline.latency(90)),
-        "speedup_p50": _rounded(base_p50 / p50) if p50 and base_p50 else None,
+        "speedup_p50": _rounded(policy.speedup_over(baseline)),
         "speedup_mean": _rounded(statistics.fmean(b / p for b, p in pairs)) if pairs else None,
         **paired_bootstrap(policy, baseline),
         "wasted_calls_per_dialogue": _rounded(policy.per_dialogue("wasted_calls")),
@@ -302,12 +305,11 @@ def format_table(runs: Sequence[PolicyRun], baseline: PolicyRun) -> str:
     Returns:
         The table.
     """
-    base_p50 = baseline.latency(50)
     nan = float("nan")
     lines = [f"{'policy':<14}{'accuracy':>9}{'p50 s':>8}{'p90 s':>8}{'speedup':>9}{'wasted':>8}{'violations':>11}"]
     for run in runs:
         p50, p90 = run.latency(50), run.latency(90)
-        speedup = f"{base_p50 / p50:.2f}x" if p50 and base_p50 else "-"
+        speedup = "-" if (ratio := run.speedup_over(baseline)) is None else f"{ratio:.2f}x"
         lines.append(
             f"{run.name:<14}{run.share('accurate'):>9.3f}{p50 if p50 is not None else nan:>8.3f}"
             f"{p90 if p90 is not None else nan:>8.3f}{speedup:>9}{run.per_dialogue('wasted_calls'):>8.2f}"
