@@ -175,6 +175,12 @@ def sample_failure(model: LatencyModel, rng: random.Random) -> bool:
     return rng.random() < model.failure_rate
 
 
+# The tokens a model decodes before the user hears an answer: the answer marker and a first word of up to two
+# tokens (the header and clock token before them are fed, not decoded). The rest of the answer decodes while
+# those words are spoken, so response latency charges these and no more.
+FIRST_WORDS_TOKENS = 3
+
+
 @dataclass
 class DeviceProfile:
     """How fast the agent's model reads and writes on a device.
@@ -200,6 +206,17 @@ class DeviceProfile:
     def action_s(self, tokens: int) -> float:
         """Seconds to emit an action of ``tokens`` tokens, overhead included."""
         return self.action_overhead_s + tokens / self.decode_tokens_per_s
+
+    def first_words_s(self, tokens: int) -> float:
+        """Seconds from the start of an answer until its first words are out.
+
+        Args:
+            tokens: The answer's length in tokens.
+
+        Returns:
+            The overhead and the answer's first ``FIRST_WORDS_TOKENS`` tokens (all of a shorter one).
+        """
+        return self.action_s(min(tokens, FIRST_WORDS_TOKENS))
 
 
 # Rough batch-1 figures for a 3B model in bf16 on an H200, a 3B model quantised on a laptop CPU, and the

@@ -259,9 +259,12 @@ def test_paired_bootstrap_intervals_cover_the_estimate_and_shrink_with_more_dial
 
 
 def test_speculative_replay_reproduces_the_recorded_response_times(generated, runs):
+    from clocktune.clock import FIRST_WORDS_TOKENS
     from clocktune.timeline.analysis import response_latencies
 
-    recorded = [statistics.fmean(response_latencies(t)) for t in generated[0][:300]]
+    # The recording ends each turn when the teacher starts its answer; a session, once the first words are out.
+    first_words_s = SessionConfig().device.first_words_s(FIRST_WORDS_TOKENS)
+    recorded = [statistics.fmean(response_latencies(t)) + first_words_s for t in generated[0][:300]]
     replayed = [r.latency_s for r in runs["speculative"].results]
     # Tool latencies are drawn per call in the runtime and per stream in the generator: close, not identical.
     assert statistics.median(replayed) == pytest.approx(statistics.median(recorded), rel=0.1)
@@ -492,7 +495,7 @@ def test_scoring_checks_calls_state_and_answer_facts(generated):
 
 
 def test_latency_counts_from_the_end_of_speech_even_when_the_agent_reads_it_late(generated):
-    from clocktune.clock import PROFILES
+    from clocktune.clock import PROFILES, estimate_tokens
     from clocktune.timeline.analysis import response_latencies
 
     # On the phone profile a speculative call takes about half a second to emit, so the user often finishes while
@@ -504,8 +507,11 @@ def test_latency_counts_from_the_end_of_speech_even_when_the_agent_reads_it_late
         spoken = next(e.t for e in timeline.events if e.kind == "user_chunk" and e.final)
         read = next(e.t for e in log.timeline.events if e.kind == "user_chunk" and e.final)
         assert log.speech_ends[0] == pytest.approx(spoken, abs=1e-3)  # the first utterance replays at its own times
-        answer = next(e.t for e in log.timeline.events if e.kind == "say" and e.final)
-        assert latencies_from_speech_end(log)[0] == pytest.approx(answer - spoken, abs=1e-3)
+        answer = next(e for e in log.timeline.events if e.kind == "say" and e.final)
+        # The answer is heard once its first words are decoded, not when the agent starts writing it.
+        heard = answer.t + config.device.first_words_s(estimate_tokens(answer.text))
+        assert config.device.first_words_s(estimate_tokens(answer.text)) >= 0.1
+        assert latencies_from_speech_end(log)[0] == pytest.approx(heard - spoken, abs=2e-3)
         if read > spoken + 0.05:
             late += 1
             assert score_session(log, "speculative").latency_s > statistics.fmean(response_latencies(log.timeline))
@@ -593,11 +599,20 @@ def test_wall_clock_mode_runs_in_real_time(generated):
             for tool in original.tools
         ],
     )
+
+    class Deliberate(ScriptedPolicy):
+        def act(self, t):
+            time.sleep(0.02)
+            return super().act(t)
+
     config = SessionConfig(clock="wall")
     started = time.perf_counter()
-    log = run_on_clock(Session(fast, ScriptedPolicy(fast, "speculative"), config).run(), "wall")
+    log = run_on_clock(Session(fast, Deliberate(fast, "speculative"), config).run(), "wall")
     elapsed = time.perf_counter() - started
     assert log.end_reason == "done" and score_session(log, "speculative").accurate
+    # On the wall clock an answer is out when the policy hands it over, after the time it took to write it.
+    answer = next(e.t for e in log.timeline.events if e.kind == "say" and e.final)
+    assert log.first_words[0] - answer >= 0.02
     last_chunk = max(e.t for e in fast.events if e.kind == "user_chunk")
     assert elapsed >= last_chunk  # the user's speech was replayed in real time
     assert log.timeline.events[-1].t == pytest.approx(elapsed, abs=0.25)

@@ -121,11 +121,12 @@ def _failure(log: SessionLog, executed: list[tuple[str, dict]], calls_ok: bool, 
 
 
 def latencies_from_speech_end(log: SessionLog) -> list[float]:
-    """Seconds from each end of speech to the final answer of its turn.
+    """Seconds from each end of speech to the first words of its turn's final answer.
 
     The clock starts when the final chunk arrived, not when it entered the agent's context: an agent still
     emitting a speculative call as the user finishes reads the chunk later, and counting from then would credit
-    it with time the user spent waiting.
+    it with time the user spent waiting. It stops when the answer's first words are out
+    (``SessionLog.first_words``), not when the agent started writing it.
 
     Args:
         log: A session's log.
@@ -133,9 +134,9 @@ def latencies_from_speech_end(log: SessionLog) -> list[float]:
     Returns:
         One latency per answered turn, in turn order.
     """
-    answers = [event.t for event in log.timeline.events if event.kind == "say" and event.final]
     # A turn left unanswered has an end of speech and no answer.
-    return [answer - end for answer, end in zip(answers, log.speech_ends[: len(answers)], strict=True)]
+    ends = log.speech_ends[: len(log.first_words)]
+    return [words - end for words, end in zip(log.first_words, ends, strict=True)]
 
 
 def score_session(log: SessionLog, policy: str) -> DialogueResult:

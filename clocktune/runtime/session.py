@@ -94,6 +94,10 @@ class SessionLog:
         speech_ends: When each utterance's final chunk arrived: the end of speech that response latency counts
             from. The chunk's ``t`` in the log is when it entered the agent's context, later than this when the
             agent was still emitting an action as the user finished.
+        first_words: When the first words of each final answer were out: response latency ends here. On the
+            virtual clock that is the answer's ``t`` (when the agent started writing it) plus the decode of its
+            first words (``DeviceProfile.first_words_s``); on the wall clock, when the policy handed the whole
+            answer over.
     """
 
     timeline: Timeline
@@ -105,6 +109,7 @@ class SessionLog:
     wasted_tool_s: float
     end_reason: str
     speech_ends: list[float]
+    first_words: list[float]
 
 
 def utterances(timeline: Timeline) -> tuple[list[list[Event]], list[float]]:
@@ -167,6 +172,7 @@ class Session:
         self._end_reason = "done"
         self._last_chunk_id: dict[str, str] = {}  # recorded chunk id -> logged id (for revisions)
         self._speech_ends: list[float] = []
+        self._first_words: list[float] = []
 
     # Event sources ------------------------------------------------------------------------------------------
 
@@ -307,6 +313,11 @@ class Session:
                 if invalid > self.config.max_retries or self._inbox:
                     return
                 continue
+            if action.kind == "say" and action.final:
+                virtual = self.config.clock == "virtual"
+                self._first_words.append(
+                    round(t + self.config.device.first_words_s(decision.tokens), 3) if virtual else self.now()
+                )
             event = action.to_event(f"e{len(self.events)}", t)
             self.events.append(event)
             self.policy.observe([event])
@@ -410,4 +421,5 @@ class Session:
             wasted_tool_s=round(self.executor.wasted_tool_s, 3),
             end_reason=self._end_reason,
             speech_ends=self._speech_ends,
+            first_words=self._first_words,
         )

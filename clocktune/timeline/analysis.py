@@ -177,8 +177,9 @@ def response_latencies(timeline: Timeline) -> list[float]:
     """For each turn, seconds from the user's final chunk to the agent's final answer.
 
     A timeline's ``t`` is when an event entered the agent's context, so this counts from when the agent read the
-    end of speech; a session's latency (``clocktune.runtime.scoring.latencies_from_speech_end``) counts from when the
-    user finished, which is earlier when the agent was busy emitting an action at that moment.
+    end of speech to when it started its answer. A session's latency
+    (``clocktune.runtime.scoring.latencies_from_speech_end``) counts from when the user finished, which is earlier
+    when the agent was busy emitting an action at that moment, to when the answer's first words were out.
 
     Args:
         timeline: A valid timeline.
