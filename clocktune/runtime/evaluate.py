@@ -338,7 +338,7 @@ def plot_latency_cdf(runs: Sequence[PolicyRun], path: str | os.PathLike) -> None
         lat = sorted(r.latency_s for r in run.results if r.latency_s is not None)
         if lat:
             ax.step(lat, [(i + 1) / len(run.results) for i in range(len(lat))], where="post", label=run.name)
-    ax.set_xlabel("response latency: end of speech to answer (s)")
+    ax.set_xlabel("response latency: end of speech to the first words of the answer (s)")
     ax.set_ylabel("fraction of dialogues")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
