@@ -406,7 +406,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         config,
         args.out,
         concurrency=args.concurrency or (10_000 if args.clock == "virtual" else 8),
-        extra={"profile": args.profile, "clock": args.clock, "failure_rate": args.failure_rate, "model": args.model},
+        extra={
+            "profile": args.profile,
+            "clock": args.clock,
+            "failure_rate": args.failure_rate,
+            "model": args.model,
+            "baseline_model": baseline_model,
+        },
     )
     print(f"wrote {args.out}/summary.json, results.jsonl, sessions_<policy>.jsonl and the plots")
     return 0
@@ -484,7 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--failure-rate", type=float, default=0.0, help="injected tool failure probability")
     evaluate.add_argument("--limit", type=int, default=None, help="first N timelines only")
     evaluate.add_argument("--concurrency", type=int, default=None, help="sessions at once (default: all/8)")
-    evaluate.add_argument("--out", required=True, help="output folder")
+    evaluate.add_argument(
+        "--out", required=True, help="output folder; an interrupted run resumes from OUT/journal when run again"
+    )
     evaluate.set_defaults(func=cmd_eval)
     return parser
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -68,6 +69,8 @@ def _runtime_eval(model, tokenizer, timelines: list, out: Path) -> dict:
     # Merged LoRA weights decode faster, and the demo is done training.
     network = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
     network.eval()
+    # The model was just trained: sessions journaled by an interrupted earlier demo are another model's.
+    shutil.rmtree(out / "journal", ignore_errors=True)
     started = time.monotonic()
     print(f"runtime on {len(timelines)} held-out dialogues (virtual clock, phone-135m profile):")
     summary = compare_policies(

@@ -10,23 +10,25 @@ dialogue under each policy.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import statistics
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
+from clocktune.runtime.journal import EvalJournal, JournalError, RunJournal
 from clocktune.runtime.scoring import DialogueResult, score_session
 from clocktune.runtime.session import Policy, Session, SessionConfig, SessionLog
 from clocktune.runtime.virtual_clock import run_on_clock
 from clocktune.timeline.events import Timeline
-from clocktune.timeline.io import atomic_write_lines, write_timelines
+from clocktune.timeline.io import atomic_write_lines, timeline_to_json, write_timelines
 
 # policy_factory(timeline) -> a fresh policy for one session.
 PolicyFactory = Callable[[Timeline], Policy]
@@ -74,21 +76,29 @@ class PolicyRun:
 
 
 async def _play(
-    timelines: Sequence[Timeline], factory: PolicyFactory, config: SessionConfig, concurrency: int, bar: tqdm
-) -> list[SessionLog]:
+    timelines: dict[int, Timeline],
+    factory: PolicyFactory,
+    config: SessionConfig,
+    concurrency: int,
+    bar: tqdm,
+    journal: RunJournal | None,
+) -> dict[int, SessionLog]:
     limit = asyncio.Semaphore(concurrency)
 
-    async def one(timeline: Timeline) -> SessionLog:
+    async def one(index: int, timeline: Timeline) -> SessionLog:
         async with limit:
             policy = factory(timeline)
             try:
                 log = await Session(timeline, policy, config).run()
             finally:
                 policy.close()
+        if journal is not None:
+            journal.append(index, log)
         bar.update()
         return log
 
-    return await asyncio.gather(*(one(timeline) for timeline in timelines))
+    logs = await asyncio.gather(*(one(index, timeline) for index, timeline in timelines.items()))
+    return dict(zip(timelines, logs, strict=True))
 
 
 def run_policy(
@@ -98,6 +108,7 @@ def run_policy(
     config: SessionConfig,
     concurrency: int = 10_000,
     progress: bool = False,
+    journal: RunJournal | None = None,
 ) -> PolicyRun:
     """Runs every timeline under one policy and scores it.
 
@@ -109,13 +120,21 @@ def run_policy(
         concurrency: Sessions in flight at once (all of them on the virtual clock; model policies on the wall
             clock want fewer).
         progress: Show a progress bar of finished sessions (model policies take seconds per session).
+        journal: Where finished sessions are recorded; those it already holds are not played again.
 
     Returns:
         The run.
     """
-    with tqdm(total=len(timelines), desc=name, unit="session", disable=not progress) as bar:
-        logs = run_on_clock(_play(timelines, factory, config, concurrency, bar), config.clock)
-    return PolicyRun(name, [score_session(log, name) for log in logs], list(logs))
+    logs = journal.load() if journal is not None else {}
+    for index, log in logs.items():
+        if index >= len(timelines) or log.timeline.id != timelines[index].id:
+            raise JournalError(f"{journal.path}: session {index} ({log.timeline.id}) is not of these timelines")
+    todo = {index: timeline for index, timeline in enumerate(timelines) if index not in logs}
+    with tqdm(total=len(timelines), initial=len(logs), desc=name, unit="session", disable=not progress) as bar:
+        if todo:
+            logs.update(run_on_clock(_play(todo, factory, config, concurrency, bar, journal), config.clock))
+    ordered = [logs[index] for index in range(len(timelines))]
+    return PolicyRun(name, [score_session(log, name) for log in ordered], ordered)
 
 
 def compare_policies(
@@ -131,6 +150,10 @@ def compare_policies(
     """The benchmark: a policy and a baseline (and the scripted oracle as the bound, unless one of them is it) on
     the same timelines; writes the report (:func:`write_report`), prints the table and returns the summary.
 
+    Finished sessions are journaled in ``out_dir/journal`` as they end: run again with the same arguments, an
+    interrupted evaluation plays only the sessions it had not finished. The journal is removed with the report
+    written.
+
     Args:
         timelines: Recorded timelines whose user side is replayed.
         policy: ``(name, factory)`` of the policy measured.
@@ -138,7 +161,8 @@ def compare_policies(
         config: Session config.
         out_dir: Report folder.
         concurrency: Sessions in flight at once.
-        extra: Settings to record in the summary (profile, clock, model, ...).
+        extra: Settings to record in the summary (profile, clock, model, ...); with the policy names, the config and
+            the timelines they decide whether a journal is resumed, so name every model here.
         progress: Show a progress bar per policy.
 
     Returns:
@@ -148,8 +172,20 @@ def compare_policies(
     from clocktune.runtime.scripted import ScriptedPolicy
 
     (name, factory), (base_name, base_factory) = policy, baseline
-    measured = run_policy(name, timelines, factory, config, concurrency, progress)
-    base = run_policy(base_name, timelines, base_factory, config, concurrency, progress)
+    contents = hashlib.sha256("".join(timeline_to_json(t) + "\n" for t in timelines).encode()).hexdigest()
+    settings = {
+        "policy": name,
+        "baseline": base_name,
+        "timelines": contents,
+        "config": asdict(config),
+        **(extra or {}),
+    }
+    journal = EvalJournal(Path(out_dir) / "journal", settings)
+    journal.open()
+    measured = run_policy(name, timelines, factory, config, concurrency, progress, journal.run(f"policy_{name}"))
+    base = run_policy(
+        base_name, timelines, base_factory, config, concurrency, progress, journal.run(f"baseline_{base_name}")
+    )
     runs = [base, measured]
     oracle = None
     if "oracle" not in (policy[0], baseline[0]):
@@ -164,6 +200,7 @@ def compare_policies(
         summary["bound_speedup_p50"] = bound = _rounded(oracle.speedup_over(flawless))
     summary.update(extra or {})
     write_report(out_dir, runs, summary)
+    journal.close()
     print(format_table(runs, base))
     print(format_intervals(summary))
     if bound is not None:
