@@ -87,3 +87,18 @@ def test_a_line_cut_off_by_a_kill_is_replayed_and_a_bad_line_is_named(generated,
         handle.write(json.dumps({"index": 3, "timeline": {}}) + "\n")
     with pytest.raises(JournalError, match=r"run\.jsonl:4"):
         journal.load()
+
+
+def test_a_checkpoint_trained_again_in_the_same_folder_gets_another_stamp(tmp_path):
+    import os
+
+    from clocktune.cli import checkpoint_stamp
+
+    weights = tmp_path / "adapter_model.safetensors"
+    weights.write_bytes(b"first")
+    first = checkpoint_stamp(str(tmp_path))
+    assert first is not None and checkpoint_stamp(str(tmp_path)) == first
+    weights.write_bytes(b"again")  # the same size: only the modification time tells the two apart
+    os.utime(weights, ns=(1, 1))
+    assert checkpoint_stamp(str(tmp_path)) != first
+    assert checkpoint_stamp("scripted") is None
