@@ -14,7 +14,6 @@ Errors in the input (a missing file, a line that is not a timeline, a tokenizer 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -381,31 +380,6 @@ def cmd_push(args: argparse.Namespace) -> int:
     return 0
 
 
-def checkpoint_stamp(model: str) -> str | None:
-    """A short hash of the names, sizes and modification times of a local checkpoint's files.
-
-    An interrupted evaluation is resumed only with the same settings; the stamp makes a checkpoint trained again
-    in the same folder count as other settings.
-
-    Args:
-        model: A ``--model`` value.
-
-    Returns:
-        The stamp; ``None`` for scripted policies, endpoints and Hub repo ids.
-    """
-    from clocktune.runtime.policies import is_checkpoint
-
-    folder = Path(model)
-    if not is_checkpoint(model) or not folder.is_dir():
-        return None
-    files = sorted(
-        (str(path.relative_to(folder)), path.stat().st_size, path.stat().st_mtime_ns)
-        for path in folder.rglob("*")
-        if path.is_file()
-    )
-    return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     """``clocktune eval``: a policy against a baseline on the same timelines; writes results, summary and plots.
 
@@ -418,6 +392,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from clocktune.clock import PROFILES
     from clocktune.rendered_dataset import load_timeline_files
     from clocktune.runtime.evaluate import compare_policies
+    from clocktune.runtime.journal import checkpoint_stamp
     from clocktune.runtime.policies import is_checkpoint, load_policy_model, policy_factory
     from clocktune.runtime.session import SessionConfig
 

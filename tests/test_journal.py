@@ -92,7 +92,7 @@ def test_a_line_cut_off_by_a_kill_is_replayed_and_a_bad_line_is_named(generated,
 def test_a_checkpoint_trained_again_in_the_same_folder_gets_another_stamp(tmp_path):
     import os
 
-    from clocktune.cli import checkpoint_stamp
+    from clocktune.runtime.journal import checkpoint_stamp
 
     weights = tmp_path / "adapter_model.safetensors"
     weights.write_bytes(b"first")

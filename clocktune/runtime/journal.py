@@ -9,6 +9,7 @@ once its report is written.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -155,3 +156,25 @@ class EvalJournal:
     def close(self) -> None:
         """Removes the journal: the report it served is written."""
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def checkpoint_stamp(model: str) -> str | None:
+    """A short hash of the names, sizes and modification times of a local checkpoint's files.
+
+    An interrupted evaluation is resumed only with the same settings; the stamp makes a checkpoint trained again
+    in the same folder count as other settings.
+
+    Args:
+        model: A ``--model`` value.
+
+    Returns:
+        The stamp; ``None`` for scripted policies, endpoints and Hub repo ids.
+    """
+    from clocktune.runtime.policies import is_checkpoint
+
+    folder = Path(model)
+    if not is_checkpoint(model) or not folder.is_dir():
+        return None
+    stats = ((path, path.stat()) for path in folder.rglob("*") if path.is_file())
+    files = sorted((str(path.relative_to(folder)), stat.st_size, stat.st_mtime_ns) for path, stat in stats)
+    return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
