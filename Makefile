@@ -49,6 +49,7 @@ bench: setup
 	$(BIN)/python scripts/bench_datagen.py
 	$(BIN)/python scripts/bench_render.py
 	$(BIN)/python scripts/bench_runtime.py
+	$(BIN)/python scripts/bench_operating_point.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

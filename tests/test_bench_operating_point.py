@@ -1,0 +1,48 @@
+"""scripts/bench_operating_point.py: its default cell is the issue's default operating point, slower tools slow the
+turn-based loop, and the heatmap is written whole."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from clocktune.runtime.evaluate import run_policy
+from clocktune.runtime.scripted import ScriptedPolicy
+from clocktune.runtime.session import SessionConfig
+from data_gen.config import GeneratorConfig
+from data_gen.generate import generate_dialogue, select_domains
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_operating_point.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("bench_operating_point", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_default_cell_measures_the_default_operating_point():
+    bench = load_script()
+    cell = bench.measure_cell(3.0, 1.0, "h200-3b", 30, 0)
+    config = GeneratorConfig()
+    timelines = [generate_dialogue(index, 0, config, select_domains(config)) for index in range(30)]
+    runs = {
+        name: run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), SessionConfig())
+        for name in ("sync", "speculative", "oracle")
+    }
+    assert cell["summary"]["baseline_latency_p50_s"] == round(runs["sync"].latency(50), 4)
+    assert cell["summary"]["latency_p50_s"] == round(runs["speculative"].latency(50), 4)
+    assert cell["bound"] == runs["oracle"].speedup_over(runs["sync"])
+
+
+def test_slower_tools_slow_the_turn_based_loop_and_the_plot_is_written(tmp_path):
+    bench = load_script()
+    fast, slow = (bench.measure_cell(3.0, scale, "phone-135m", 30, 0) for scale in (0.5, 2.0))
+    assert slow["summary"]["baseline_latency_p50_s"] > fast["summary"]["baseline_latency_p50_s"] + 0.3
+    assert fast["summary"]["side_effect_violations"] == slow["summary"]["side_effect_violations"] == 0
+    assert "x (" in bench.format_row(fast)
+    path = tmp_path / "plots" / "operating_point.png"
+    bench.plot_cells([fast, slow], path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in path.parent.iterdir()] == ["operating_point.png"]
