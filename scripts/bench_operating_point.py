@@ -30,6 +30,24 @@ from data_gen.generate import generate_dialogue, select_domains
 POLICIES = ("sync", "speculative", "oracle")
 
 
+def cell_config(words_per_s: float, median_scale: float, profile: str) -> GeneratorConfig:
+    """The generator config of one cell: the defaults with the cell's speech rate, tool scale and device.
+
+    Args:
+        words_per_s: Mean speaking rate of the generated users.
+        median_scale: Multiplier of every tool's median latency (1.0: medians around 600 ms).
+        profile: Device profile, a key of ``clocktune.clock.PROFILES``.
+
+    Returns:
+        The config.
+    """
+    return GeneratorConfig(
+        speech=replace(SpeechConfig(), words_per_s=words_per_s),
+        tools=replace(ToolLatencyConfig(), median_scale=median_scale),
+        device=PROFILES[profile],
+    )
+
+
 def measure_cell(words_per_s: float, median_scale: float, profile: str, dialogues: int, seed: int) -> dict:
     """Plays one operating point's dialogues under every policy of :data:`POLICIES`.
 
@@ -44,11 +62,7 @@ def measure_cell(words_per_s: float, median_scale: float, profile: str, dialogue
         The cell's settings, the speculative policy's summary against ``sync`` with the oracle, and the seconds
         it took.
     """
-    config = GeneratorConfig(
-        speech=replace(SpeechConfig(), words_per_s=words_per_s),
-        tools=replace(ToolLatencyConfig(), median_scale=median_scale),
-        device=PROFILES[profile],
-    )
+    config = cell_config(words_per_s, median_scale, profile)
     started = time.perf_counter()
     domains = select_domains(config)
     timelines = [generate_dialogue(index, seed, config, domains) for index in range(dialogues)]

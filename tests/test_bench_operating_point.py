@@ -5,7 +5,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from clocktune.runtime.evaluate import run_policy
+from clocktune.runtime.evaluate import run_policy, summarize_runs
 from clocktune.runtime.scripted import ScriptedPolicy
 from clocktune.runtime.session import SessionConfig
 from data_gen.config import GeneratorConfig
@@ -24,8 +24,10 @@ def load_script():
 
 def test_default_cell_measures_the_default_operating_point():
     bench = load_script()
-    cell = bench.measure_cell(3.0, 1.0, "h200-3b", 30, 0)
     config = GeneratorConfig()
+    assert bench.cell_config(3.0, 1.0, "h200-3b") == config
+    assert bench.cell_config(2.0, 1.0, "h200-3b") != config
+    cell = bench.measure_cell(3.0, 1.0, "h200-3b", 30, 0)
     timelines = [generate_dialogue(index, 0, config, select_domains(config)) for index in range(30)]
     runs = {
         name: run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), SessionConfig())
@@ -34,6 +36,7 @@ def test_default_cell_measures_the_default_operating_point():
     assert cell["summary"]["baseline_latency_p50_s"] == round(runs["sync"].latency(50), 4)
     assert cell["summary"]["latency_p50_s"] == round(runs["speculative"].latency(50), 4)
     assert cell["bound"] == runs["oracle"].speedup_over(runs["sync"])
+    assert cell["summary"]["speedup_mean"] == summarize_runs(runs["speculative"], runs["sync"])["speedup_mean"]
 
 
 def test_slower_tools_slow_the_turn_based_loop_and_the_plot_is_written(tmp_path):
