@@ -32,7 +32,6 @@ $(BFCL_DIR)/bfcl_eval-$(BFCL_VERSION).dist-info: | setup
 # Generate dialogues, score SmolLM2 before/after a bounded LoRA fine-tune on CPU; writes $(OUT)/summary.json.
 demo: setup
 	$(BIN)/python -m clocktune.demo --out $(OUT)
-	$(BIN)/clocktune-datagen show $(OUT)/data/eval/data/train-00000-of-00001.jsonl --index 1 --png $(OUT)/timeline.png
 
 test: setup bfcl
 	$(BIN)/python -m pytest
