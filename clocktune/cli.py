@@ -6,6 +6,8 @@ Examples:
     clocktune inspect data/demo/data/train-00000-of-00002.jsonl --index 3 --tokenizer runs/rendered/tokenizer
     clocktune train --config configs/smollm2-135m/sft_lora_cpu.yaml --max_steps 20
     clocktune push --checkpoint runs/demo/checkpoint --repo-id me/smollm2-realtime --merge-lora
+    clocktune profile --model embedded --out runs/cpu-135m.yaml
+    clocktune eval --data data/eval/data --profile runs/cpu-135m.yaml --out runs/eval
 
 Errors in the input (a missing file, a line that is not a timeline, a tokenizer of another encoding) print
 ``error: ...`` naming ``file:line:field`` where there is one, and exit with status 2.
@@ -380,6 +382,51 @@ def cmd_push(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    """``clocktune profile``: measures how fast a model reads and writes on this device, as a policy runs it.
+
+    Args:
+        args: The parsed command line.
+
+    Returns:
+        The exit status, 0.
+    """
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from clocktune.clock import PROFILES
+    from clocktune.models import resolve_model_path
+    from clocktune.runtime.device_profiles import measure_device_profile, save_device_profile
+    from clocktune.runtime.policies import load_policy_model
+
+    model, _ = load_policy_model(resolve_model_path(args.model))
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device=device, dtype=getattr(torch, args.dtype) if args.dtype else None)
+    parameter = next(model.parameters())
+    name = args.name or f"measured-{device}"
+    print(f"measuring {args.model} on {parameter.device} in {parameter.dtype} (batch 1, KV cache, streaming mask)")
+    profile = measure_device_profile(model, name, context_tokens=args.context_tokens)
+    table = Table(title="device profiles: seconds the virtual clock charges")
+    for column in ("profile", "prefill tokens/s", "decode tokens/s", "overhead s", "20-token action s"):
+        table.add_column(column, justify="left" if column == "profile" else "right")
+    for row in (profile, *PROFILES.values()):
+        style = "bold" if row is profile else None
+        table.add_row(
+            row.name,
+            f"{row.prefill_tokens_per_s:,.0f}",
+            f"{row.decode_tokens_per_s:,.1f}",
+            f"{row.action_overhead_s:.4f}",
+            f"{row.action_s(20):.3f}",
+            style=style,
+        )
+    Console().print(table)
+    if args.out:
+        save_device_profile(profile, args.out)
+        print(f"wrote {args.out}: clocktune eval --profile {args.out} charges these rates")
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """``clocktune eval``: a policy against a baseline on the same timelines; writes results, summary and plots.
 
@@ -389,15 +436,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     Returns:
         The exit status, 0.
     """
-    from clocktune.clock import PROFILES
     from clocktune.rendered_dataset import load_timeline_files
+    from clocktune.runtime.device_profiles import load_device_profile
     from clocktune.runtime.evaluate import compare_policies
     from clocktune.runtime.journal import checkpoint_stamp
     from clocktune.runtime.policies import is_checkpoint, load_policy_model, policy_factory
     from clocktune.runtime.session import SessionConfig
 
     timelines = load_timeline_files(args.data)[: args.limit]
-    config = SessionConfig(device=PROFILES[args.profile], clock=args.clock, failure_rate=args.failure_rate)
+    config = SessionConfig(device=load_device_profile(args.profile), clock=args.clock, failure_rate=args.failure_rate)
     baseline_model = args.baseline_model or args.model
     loaded = {path: load_policy_model(path) for path in {args.model, baseline_model} if is_checkpoint(path)}
     compare_policies(
@@ -488,7 +535,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="'scripted'/'oracle' (recorded plan), a checkpoint, or 'openai:MODEL[@URL]' (key from OPENAI_API_KEY)",
     )
     evaluate.add_argument("--baseline-model", default=None, help="checkpoint of the baseline (default: --model)")
-    evaluate.add_argument("--profile", default="h200-3b", choices=sorted(PROFILES), help="device compute profile")
+    evaluate.add_argument(
+        "--profile",
+        default="h200-3b",
+        help=f"device compute profile: {', '.join(sorted(PROFILES))}, or a YAML file (`clocktune profile --out`)",
+    )
     evaluate.add_argument("--clock", default="virtual", choices=["virtual", "wall"])
     evaluate.add_argument("--failure-rate", type=float, default=0.0, help="injected tool failure probability")
     evaluate.add_argument("--limit", type=int, default=None, help="first N timelines only")
@@ -497,6 +548,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", required=True, help="output folder; an interrupted run resumes from OUT/journal when run again"
     )
     evaluate.set_defaults(func=cmd_eval)
+
+    profile = sub.add_parser("profile", help="measure a model's prefill and decode rates on this device")
+    profile.add_argument("--model", default="embedded", help="'embedded', a checkpoint folder or a Hub id")
+    profile.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
+    profile.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="default: as saved")
+    profile.add_argument("--context-tokens", type=int, default=1024, help="tokens in the KV cache while timing")
+    profile.add_argument("--name", default=None, help="the profile's name (default: measured-<device>)")
+    profile.add_argument("--out", default=None, help="write the profile here as YAML, for `clocktune eval --profile`")
+    profile.set_defaults(func=cmd_profile)
     return parser
 
 

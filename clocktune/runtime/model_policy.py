@@ -32,6 +32,62 @@ from clocktune.runtime.session import Decision
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
 
 
+def streaming_mask(
+    start: int, times: list[float], visible_until: list[float], dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """The additive 4D mask of tokens ``start..start+n-1`` fed at ``times`` over a cache of ``start`` tokens.
+
+    Args:
+        start: Tokens already in the cache.
+        times: Time of each new token.
+        visible_until: Until when each token, cached or new, may be attended (at least ``start + n`` of them).
+        dtype: The model's dtype (hidden entries get its most negative value).
+        device: The model's device.
+
+    Returns:
+        A ``(1, 1, n, start + n)`` mask: each new token sees the earlier tokens still visible at its time, and
+        itself.
+    """
+    n = len(times)
+    total = start + n
+    until = torch.tensor(visible_until[:total], dtype=torch.float64)
+    time = torch.tensor(times, dtype=torch.float64)
+    k = torch.arange(total)
+    q = torch.arange(start, total)
+    allowed = (k[None, :] <= q[:, None]) & (until[None, :] > time[:, None])
+    allowed |= k[None, :] == q[:, None]
+    mask = torch.zeros(n, total, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None].to(device)
+
+
+def feed(model: Any, cache: Any, ids: list[int], times: list[float], visible_until: list[float]) -> torch.Tensor:
+    """Feeds ``ids`` to ``model`` over its KV ``cache`` under the streaming mask, as a policy does at batch size 1.
+
+    Args:
+        model: A causal LM.
+        cache: Its ``DynamicCache`` (grown by ``len(ids)``).
+        ids: New token ids.
+        times: Time of each new token.
+        visible_until: Until when each token, cached or new, may be attended.
+
+    Returns:
+        The next token's logits after the last id.
+    """
+    parameter = next(model.parameters())
+    start = cache.get_seq_length()
+    positions = torch.arange(start, start + len(ids), device=parameter.device)[None]
+    output = model(
+        input_ids=torch.tensor([ids], device=parameter.device),
+        attention_mask=streaming_mask(start, times, visible_until, parameter.dtype, parameter.device),
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,  # only the next token's: the vocabulary projection of a prefill is most of its cost
+    )
+    return output.logits[0, -1]
+
+
 class ModelPolicy:
     """Greedy decoding of a causal LM over the session's rendered context.
 
@@ -66,8 +122,6 @@ class ModelPolicy:
             raise ValueError(f"the end-of-message text {fmt.end!r} must be one token, got {end_ids}")
         self.end_id = end_ids[0]
         self.max_new_tokens = max_new_tokens
-        self.device = next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
         self.cache: Any = None
         self.system_caches = {} if system_caches is None else system_caches
         self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
@@ -103,36 +157,12 @@ class ModelPolicy:
                 added += len(ids)
         return added
 
-    def _mask(self, start: int, times: list[float], visible_until: list[float]) -> torch.Tensor:
-        # Rows: tokens start..start+n-1 at their times; columns: every token in the cache and the new ones.
-        n = len(times)
-        total = start + n
-        until = torch.tensor(visible_until[:total], dtype=torch.float64)
-        time = torch.tensor(times, dtype=torch.float64)
-        k = torch.arange(total)
-        q = torch.arange(start, total)
-        allowed = (k[None, :] <= q[:, None]) & (until[None, :] > time[:, None])
-        allowed |= k[None, :] == q[:, None]
-        mask = torch.zeros(n, total, dtype=self.dtype)
-        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return mask[None, None].to(self.device)
-
     def _forward(self, ids: list[int], times: list[float], visible_until: list[float]) -> torch.Tensor:
         from transformers import DynamicCache
 
         if self.cache is None:
             self.cache = DynamicCache()
-        start = self.cache.get_seq_length()
-        positions = torch.arange(start, start + len(ids), device=self.device)[None]
-        output = self.model(
-            input_ids=torch.tensor([ids], device=self.device),
-            attention_mask=self._mask(start, times, visible_until),
-            position_ids=positions,
-            cache=self.cache,
-            use_cache=True,
-            logits_to_keep=1,  # only the next token's: the vocabulary projection of a prefill is most of its cost
-        )
-        return output.logits[0, -1]
+        return feed(self.model, self.cache, ids, times, visible_until)
 
     def _start_from_system_prompt(self) -> None:
         system = self.system_ids
