@@ -308,6 +308,8 @@ class _FuzzPolicy:
 
     name = "fuzz"
 
+    io_bound = False
+
     def __init__(self, seed):
         self.rng = random.Random(seed)
 
@@ -368,6 +370,8 @@ def tiny_chatml_model():
 class _ReplayThroughModel:
     """Feeds a ModelPolicy the session's events but acts like the scripted speculative policy, and records the
     model's logits at each decision point: the model's context goes through every path a real model run does."""
+
+    io_bound = False
 
     def __init__(self, model_policy, scripted):
         self.inner, self.scripted, self.name = model_policy, scripted, "probe"
@@ -583,14 +587,12 @@ def test_the_bound_divides_the_flawless_sync_not_the_baseline(tmp_path, generate
     assert summary["bound_speedup_p50"] > oracle_over_baseline  # the sync loop is slower than sync_parallel
 
 
-def test_wall_clock_mode_runs_in_real_time(generated):
+def _fast_dialogue(generated):
     from dataclasses import replace
 
-    from clocktune.runtime.virtual_clock import run_on_clock
-
-    # A dialogue sped up 20x so that the test takes a fraction of a second of real time.
+    # A dialogue sped up 20x so that a wall-clock test takes a fraction of a second of real time.
     original = next(t for t in generated[0] if t.ground_truth.calls and len(t.events) < 30)
-    fast = replace(
+    return replace(
         original,
         events=[replace(e, t=round(e.t / 20, 4)) for e in original.events],
         tools=[
@@ -599,14 +601,36 @@ def test_wall_clock_mode_runs_in_real_time(generated):
         ],
     )
 
-    class Deliberate(ScriptedPolicy):
-        def act(self, t):
-            time.sleep(0.02)
-            return super().act(t)
 
+class _Deliberate(ScriptedPolicy):
+    """Takes 20 ms per action, remembers the threads it ran on, and with ``streams`` says its first words were out
+    10 ms into each action, as a model decoding token by token does."""
+
+    def __init__(self, timeline, streams=False, io_bound=False):
+        super().__init__(timeline, "speculative")
+        self.streams, self.io_bound, self.threads = streams, io_bound, set()
+
+    def act(self, t):
+        import dataclasses
+        import threading
+
+        self.threads.add(threading.current_thread())
+        started = time.monotonic()
+        time.sleep(0.02)
+        decision = super().act(t)
+        return dataclasses.replace(decision, first_words_at=started + 0.01) if self.streams else decision
+
+
+def test_wall_clock_mode_runs_in_real_time(generated):
+    import threading
+
+    from clocktune.runtime.virtual_clock import run_on_clock
+
+    fast = _fast_dialogue(generated)
     config = SessionConfig(clock="wall")
+    policy = _Deliberate(fast)
     started = time.perf_counter()
-    log = run_on_clock(Session(fast, Deliberate(fast, "speculative"), config).run(), "wall")
+    log = run_on_clock(Session(fast, policy, config).run(), "wall")
     elapsed = time.perf_counter() - started
     assert log.end_reason == "done" and score_session(log, "speculative").accurate
     # On the wall clock an answer is out when the policy hands it over, after the time it took to write it.
@@ -615,3 +639,19 @@ def test_wall_clock_mode_runs_in_real_time(generated):
     last_chunk = max(e.t for e in fast.events if e.kind == "user_chunk")
     assert elapsed >= last_chunk  # the user's speech was replayed in real time
     assert log.timeline.events[-1].t == pytest.approx(elapsed, abs=0.25)
+    # Compute ran on the thread that started the run: torch's CPU kernels are 1.7x slower off the main thread.
+    assert policy.threads == {threading.main_thread()}
+
+
+def test_wall_clock_takes_streamed_first_words_and_runs_io_bound_policies_in_workers(generated):
+    import threading
+
+    from clocktune.runtime.virtual_clock import run_on_clock
+
+    fast = _fast_dialogue(generated)
+    policy = _Deliberate(fast, streams=True, io_bound=True)
+    log = run_on_clock(Session(fast, policy, SessionConfig(clock="wall")).run(), "wall")
+    answer = next(e.t for e in log.timeline.events if e.kind == "say" and e.final)
+    # The answer's first words were out 10 ms into the action that wrote it, before the policy handed it over.
+    assert 0.005 <= log.first_words[0] - answer < 0.02
+    assert threading.main_thread() not in policy.threads

@@ -22,11 +22,13 @@ import copy
 import ctypes
 import math
 import sys
+import time
 from typing import Any
 
 import torch
 
 from clocktune.actions import ActionParseError, parse_action
+from clocktune.clock import FIRST_WORDS_TOKENS
 from clocktune.render import Renderer
 from clocktune.runtime.session import Decision
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
@@ -100,6 +102,8 @@ class ModelPolicy:
         system_caches: Prefilled caches of system prompts by their ids, shared by the policies of one model (a
             fresh dict when ``None``).
     """
+
+    io_bound = False  # compute-bound: on the wall clock it runs on the thread that started the run
 
     def __init__(
         self,
@@ -196,16 +200,20 @@ class ModelPolicy:
         self.fed_ids += pending
         self.last_prompt_logits = logits
         generated: list[int] = []
+        first_words_at = None
         while True:
             token = int(logits.argmax())
             generated.append(token)
+            if len(generated) == FIRST_WORDS_TOKENS:
+                first_words_at = time.monotonic()  # an answer could be spoken from here on
             if token == self.end_id or len(generated) >= self.max_new_tokens:
                 break
             logits = self._forward([token], [t], until)
         # Prompt and generated tokens leave the cache: the accepted action comes back as canonical ids.
         self.cache.crop(len(self.fed_ids) - self.cache.get_seq_length())
         text = self.tokenizer.decode(generated, skip_special_tokens=False)
+        first_words_at = first_words_at or time.monotonic()  # a shorter action is out when it is done
         try:
-            return Decision(parse_action(text, self.model_format), len(generated))
+            return Decision(parse_action(text, self.model_format), len(generated), first_words_at=first_words_at)
         except ActionParseError as error:
             return Decision(None, len(generated), str(error))

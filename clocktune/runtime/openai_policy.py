@@ -241,6 +241,8 @@ class OpenAIChatPolicy:
             a proxy); defaults to ``urllib.request.build_opener()``.
     """
 
+    io_bound = True  # waits on the endpoint: on the wall clock, sessions overlap their requests
+
     def __init__(
         self,
         timeline: Timeline,

@@ -126,6 +126,8 @@ class ScriptedPolicy:
         strategy: One of :data:`SCRIPTED_POLICIES`.
     """
 
+    io_bound = False
+
     def __init__(self, timeline: Timeline, strategy: str) -> None:
         if strategy not in SCRIPTED_POLICIES:
             raise ValueError(f"unknown scripted policy {strategy!r}; choose from {SCRIPTED_POLICIES}")

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from clocktune.actions import Action
 from clocktune.clock import DeviceProfile
 from clocktune.runtime.executor import ToolExecutor
+from clocktune.runtime.wall_clock import on_calling_thread
 from clocktune.timeline.events import Event, Timeline
 from clocktune.timeline.refs import iter_refs
 from data_gen.backends import ToolBackend, make_backend
@@ -33,20 +34,27 @@ class Decision:
         action: The parsed action, or ``None`` when the output was not a valid action.
         tokens: Tokens generated (charged as decode time on the virtual clock).
         error: Why the output did not parse (becomes a notice).
+        first_words_at: ``time.monotonic()`` when the action's first ``FIRST_WORDS_TOKENS`` tokens were written,
+            for a policy that decodes token by token; on the wall clock an answer's first words are out then, not
+            when the whole action is handed over.
     """
 
     action: Action | None
     tokens: int
     error: str | None = None
+    first_words_at: float | None = None
 
 
 class Policy(Protocol):
     """Decides the agent's actions. ``observe`` receives every event the session logs, in order (the agent's
     own accepted actions and notices included) and returns how many new context tokens it read; ``act`` returns
     the next action at time ``t``; ``close`` releases what it holds once its session is over (a model's KV
-    cache); ``name`` labels its results and its session logs."""
+    cache); ``name`` labels its results and its session logs. On the wall clock ``act`` runs on the thread that
+    started the run (``wall_clock``), one session's at a time, unless ``io_bound``: then in a worker thread, so that
+    sessions overlap their waits (an endpoint's replies)."""
 
     name: str
+    io_bound: bool
 
     def observe(self, events: list[Event]) -> int: ...
 
@@ -290,9 +298,18 @@ class Session:
         return not self._inbox and self._speech_pending == 0 and self.executor.in_flight == 0
 
     async def _decide(self, t: float) -> Decision:
-        if self.config.clock == "wall":
-            return await asyncio.to_thread(self.policy.act, t)
-        return self.policy.act(t)
+        if self.config.clock == "virtual":
+            return self.policy.act(t)  # the clock stands still while it computes; the profile charges the time
+        if self.policy.io_bound:
+            return await asyncio.to_thread(self.policy.act, t)  # sessions overlap their waits on the network
+        return await on_calling_thread(self.policy.act, t)
+
+    def _first_words_out(self, t: float, decision: Decision) -> float:
+        if self.config.clock == "virtual":
+            return round(t + self.config.device.first_words_s(decision.tokens), 3)
+        if decision.first_words_at is not None:  # the loop's clock is time.monotonic(), as asyncio's always is
+            return round(decision.first_words_at - self._t0, 3)
+        return self.now()
 
     async def _act_until_boundary(self) -> None:
         """Asks the policy for actions until it waits, ends the turn, or new events interrupt it."""
@@ -314,10 +331,7 @@ class Session:
                     return
                 continue
             if action.kind == "say" and action.final:
-                virtual = self.config.clock == "virtual"
-                self._first_words.append(
-                    round(t + self.config.device.first_words_s(decision.tokens), 3) if virtual else self.now()
-                )
+                self._first_words.append(self._first_words_out(t, decision))
             event = action.to_event(f"e{len(self.events)}", t)
             self.events.append(event)
             self.policy.observe([event])

@@ -78,7 +78,7 @@ def run_virtual(main: Coroutine[Any, Any, T]) -> T:
 
 
 def run_on_clock(main: Coroutine[Any, Any, T], clock: str) -> T:
-    """Runs a coroutine on the virtual clock (``"virtual"``) or the wall clock (``"wall"``).
+    """Runs a coroutine on the virtual clock (``"virtual"``) or the wall clock (``"wall"``, see ``wall_clock``).
 
     Args:
         main: The coroutine.
@@ -93,5 +93,7 @@ def run_on_clock(main: Coroutine[Any, Any, T], clock: str) -> T:
     if clock == "virtual":
         return run_virtual(main)
     if clock == "wall":
-        return asyncio.run(main)
+        from clocktune.runtime.wall_clock import run_wall
+
+        return run_wall(main)
     raise ValueError(f"clock must be 'virtual' or 'wall', not {clock!r}")
