@@ -30,7 +30,7 @@ def _decode_ms(model, tokens: int = 30) -> float:
     import torch
     from transformers import DynamicCache
 
-    from clocktune.runtime.model_policy import feed
+    from clocktune.runtime.incremental import feed
 
     cache, until = DynamicCache(), [math.inf] * (800 + tokens)
     with torch.no_grad():

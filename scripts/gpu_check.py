@@ -7,7 +7,7 @@ Run from the repository root on the GPU machine; it installs nothing and needs n
                               [--modes lora full] [--budget-s 420] [--peak-tflops 790] [--tiny]
 
 (``python scripts/gpu_check.py`` with ``PYTHONPATH=.`` under ``timeout 480``, output teed to ``gpu_check.out``).
-It imports torch, transformers, peft and clocktune's ``masks`` and ``collate`` only.
+It imports torch, transformers, peft and clocktune's ``masks``, ``collate`` and ``runtime.incremental`` only.
 
 Every row trains a freshly built bf16 model for ``--steps`` steps (the first 3 untimed: compilation, allocator
 warm-up) on the same fixed list of packed batches: synthetic renderings (a seeded RNG; 800-3000 tokens, a 300-700
@@ -24,6 +24,11 @@ once that share is spent (after at least 3 timed steps; the note column says so)
 when compilation is slow; rows that start after the budget is spent are skipped with a note. Rows are printed as they
 finish, so a run cut short still leaves the rows it completed. A row that runs out of GPU memory prints ``OOM`` and
 the check goes on.
+
+After the training table, a second one times batch-1 decoding of each model (bf16, sdpa) as the runtime's model
+policy runs it (:func:`clocktune.runtime.incremental.measure_rates`: a KV cache, the streaming mask): the prefill
+and decode rates and per-action overhead of a device profile, to set against the ``h200-3b`` profile the default
+operating point charges (20,000 and 150 tokens/s, 0.01 s). It gets ``DECODE_RESERVE_S`` per model of the budget.
 
 ``--tiny`` swaps in 2-layer configs (hidden 64, vocab 1000) and 1024-token rows, and runs on CPU when there is no
 GPU. flex_attention has no backward on CPU, so there the streaming rows use sdpa with the additive float mask that
@@ -50,6 +55,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from clocktune.collate import IGNORE_INDEX, StreamingCollator, pack_best_fit
 from clocktune.masks import attention_inputs
+from clocktune.runtime.incremental import Rates, measure_rates
 
 WARMUP_STEPS = 3
 MIN_TIMED_STEPS = 3  # a row stops early for time only after this many timed steps
@@ -339,9 +345,40 @@ def run_row(
 
 
 ROW_FORMAT = "{:<13} {:<4} {:<15} {:>5} {:>10} {:>6} {:>8} {:>9} {:>7}  {}"
+DECODE_FORMAT = "{:<13} {:>14} {:>13} {:>11} {:>18}  {}"
+DECODE_HEADER = DECODE_FORMAT.format(
+    "model", "prefill tok/s", "decode tok/s", "overhead s", "20-token action s", ""
+).rstrip()
+# Kept from the training rows' budget for the decoding rows: building a bf16 3B on the GPU and timing it.
+DECODE_RESERVE_S = 30.0
 TABLE_HEADER = ROW_FORMAT.format(
     "model", "mode", "attention", "steps", "tokens/s", "MFU", "peak GiB", "warm-up s", "loss", "note"
 )
+
+
+def run_decode_row(name: str, tiny: bool, device: torch.device) -> Rates:
+    """Batch-1 reading and writing of a freshly built model, timed as the runtime's policy runs it."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(model_config(name, tiny), dtype=dtype, attn_implementation="sdpa")
+    model.eval()
+    sizes = {"context_tokens": 256, "prefill_tokens": 64} if tiny else {}
+    return measure_rates(model, **sizes)
+
+
+def format_decode_row(model: str, result: Rates | str) -> str:
+    """A line of the decoding table; ``result`` is the rates or the text of a row without them."""
+    if isinstance(result, str):
+        return DECODE_FORMAT.format(model, "", "", "", "", result).rstrip()
+    action_s = result.action_overhead_s + 20 / result.decode_tokens_per_s
+    return DECODE_FORMAT.format(
+        model,
+        f"{result.prefill_tokens_per_s:,.0f}",
+        f"{result.decode_tokens_per_s:.1f}",
+        f"{result.action_overhead_s:.4f}",
+        f"{action_s:.3f}",
+        "",
+    ).rstrip()
 
 
 def format_row(model: str, mode: str, attention: str, result: RowResult | str) -> str:
@@ -386,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     deadline = started + args.budget_s
+    train_deadline = deadline - (0.0 if args.tiny else DECODE_RESERVE_S * len(args.models))
     if torch.cuda.is_available():
         device = torch.device("cuda")
         properties = torch.cuda.get_device_properties(device)
@@ -440,10 +478,10 @@ def main(argv: list[str] | None = None) -> int:
     plan = [(mode, name, attention) for mode in args.modes for name in args.models for attention in ATTENTIONS]
     for index, (mode, name, attention) in enumerate(plan):
         now = time.monotonic()
-        if now > deadline:
+        if now > train_deadline:
             result: RowResult | str = f"skipped: --budget-s {args.budget_s:.0f} spent"
         else:
-            row_deadline = now + (deadline - now) / (len(plan) - index)
+            row_deadline = now + (train_deadline - now) / (len(plan) - index)
             try:
                 result = run_row(name, mode, attention, batches, real_tokens, args, device, row_deadline)
                 results[name, mode, attention] = result
@@ -468,6 +506,28 @@ def main(argv: list[str] | None = None) -> int:
                 "n/a" if streaming is None or causal is None else f"{streaming.tokens_per_s / causal.tokens_per_s:.2f}"
             )
             print(f"  {name + label_suffix:<13} {mode:<4} {ratio}")
+
+    # What the runtime's h200-3b profile assumes (20,000 / 150 / 0.01) against what this device does.
+    print()
+    print(
+        f"batch-1 decoding as the runtime's model policy runs it (KV cache, streaming mask, sdpa, "
+        f"{'bf16' if device.type == 'cuda' else 'float32'}; the rates of a device profile):"
+    )
+    print(DECODE_HEADER)
+    for name in args.models:
+        if time.monotonic() > deadline:
+            decoded: Rates | str = f"skipped: --budget-s {args.budget_s:.0f} spent"
+        else:
+            try:
+                decoded = run_decode_row(name, args.tiny, device)
+            except Exception as error:  # the training rows above keep their results
+                traceback.print_exc()
+                decoded = f"error: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+                failed = True
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        print(format_decode_row(name + label_suffix, decoded), flush=True)
     print(f"total {time.monotonic() - started:.0f} s")
     return 1 if failed else 0
 

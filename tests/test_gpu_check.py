@@ -77,9 +77,17 @@ def test_tiny_run_prints_every_row():
         assert math.isfinite(float(loss))
     ratios = [line.split()[-1] for line in stdout.split("streaming/causal tokens/s:")[1].splitlines()[1:5]]
     assert all(float(ratio) > 0 for ratio in ratios)
+    decoding = stdout.split("batch-1 decoding")[1].splitlines()[2:4]
+    assert [line.split()[0] for line in decoding] == ["qwen2.5-tiny", "llama3.2-tiny"]
+    for line in decoding:
+        prefill, decode, overhead, action = (float(value.replace(",", "")) for value in line.split()[1:5])
+        assert prefill > decode > 0 and overhead >= 0 and action > 0
 
 
 def test_spent_budget_skips_rows():
-    rows = table(run_check("--steps", "4", "--budget-s", "0"))
+    stdout = run_check("--steps", "4", "--budget-s", "0")
+    rows = table(stdout)
     assert [row[:3] for row in rows] == EXPECTED_ROWS
     assert all(columns[0] == "skipped:" for *_, columns in rows)
+    decoding = stdout.split("batch-1 decoding")[1].splitlines()[2:4]
+    assert all(line.split()[1] == "skipped:" for line in decoding)

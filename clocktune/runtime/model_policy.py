@@ -30,64 +30,9 @@ import torch
 from clocktune.actions import ActionParseError, parse_action
 from clocktune.clock import FIRST_WORDS_TOKENS
 from clocktune.render import Renderer
+from clocktune.runtime.incremental import feed
 from clocktune.runtime.session import Decision
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
-
-
-def streaming_mask(
-    start: int, times: list[float], visible_until: list[float], dtype: torch.dtype, device: torch.device
-) -> torch.Tensor:
-    """The additive 4D mask of tokens ``start..start+n-1`` fed at ``times`` over a cache of ``start`` tokens.
-
-    Args:
-        start: Tokens already in the cache.
-        times: Time of each new token.
-        visible_until: Until when each token, cached or new, may be attended (at least ``start + n`` of them).
-        dtype: The model's dtype (hidden entries get its most negative value).
-        device: The model's device.
-
-    Returns:
-        A ``(1, 1, n, start + n)`` mask: each new token sees the earlier tokens still visible at its time, and
-        itself.
-    """
-    n = len(times)
-    total = start + n
-    until = torch.tensor(visible_until[:total], dtype=torch.float64)
-    time = torch.tensor(times, dtype=torch.float64)
-    k = torch.arange(total)
-    q = torch.arange(start, total)
-    allowed = (k[None, :] <= q[:, None]) & (until[None, :] > time[:, None])
-    allowed |= k[None, :] == q[:, None]
-    mask = torch.zeros(n, total, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None].to(device)
-
-
-def feed(model: Any, cache: Any, ids: list[int], times: list[float], visible_until: list[float]) -> torch.Tensor:
-    """Feeds ``ids`` to ``model`` over its KV ``cache`` under the streaming mask, as a policy does at batch size 1.
-
-    Args:
-        model: A causal LM.
-        cache: Its ``DynamicCache`` (grown by ``len(ids)``).
-        ids: New token ids.
-        times: Time of each new token.
-        visible_until: Until when each token, cached or new, may be attended.
-
-    Returns:
-        The next token's logits after the last id.
-    """
-    parameter = next(model.parameters())
-    start = cache.get_seq_length()
-    positions = torch.arange(start, start + len(ids), device=parameter.device)[None]
-    output = model(
-        input_ids=torch.tensor([ids], device=parameter.device),
-        attention_mask=streaming_mask(start, times, visible_until, parameter.dtype, parameter.device),
-        position_ids=positions,
-        cache=cache,
-        use_cache=True,
-        logits_to_keep=1,  # only the next token's: the vocabulary projection of a prefill is most of its cost
-    )
-    return output.logits[0, -1]
 
 
 class ModelPolicy:
