@@ -427,6 +427,15 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_concurrency(clock: str, local_model: bool) -> int:
+    # Virtual sessions cost no real time to wait: all at once. On the wall clock a local model's forwards are
+    # served one at a time (clocktune.runtime.wall_clock), so concurrent sessions would queue for them and their
+    # latency would count the queue; scripted policies and endpoints overlap their waits.
+    if clock == "virtual":
+        return 10_000
+    return 1 if local_model else 8
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """``clocktune eval``: a policy against a baseline on the same timelines; writes results, summary and plots.
 
@@ -453,7 +462,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         (args.baseline, policy_factory(args.baseline, baseline_model, loaded.get(baseline_model))),
         config,
         args.out,
-        concurrency=args.concurrency or (10_000 if args.clock == "virtual" else 8),
+        concurrency=args.concurrency or _default_concurrency(args.clock, bool(loaded)),
         extra={
             "profile": args.profile,
             "clock": args.clock,
@@ -543,7 +552,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--clock", default="virtual", choices=["virtual", "wall"])
     evaluate.add_argument("--failure-rate", type=float, default=0.0, help="injected tool failure probability")
     evaluate.add_argument("--limit", type=int, default=None, help="first N timelines only")
-    evaluate.add_argument("--concurrency", type=int, default=None, help="sessions at once (default: all/8)")
+    evaluate.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="sessions at once (default: all on the virtual clock; on the wall clock 1 with a checkpoint, else 8)",
+    )
     evaluate.add_argument(
         "--out", required=True, help="output folder; an interrupted run resumes from OUT/journal when run again"
     )
