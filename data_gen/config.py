@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter
 
 from clocktune.clock import PROFILES, DeviceProfile, SpeechConfig, ToolLatencyConfig
+from clocktune.yaml_config import load_validated_yaml
 
 _STRICT = ConfigDict(extra="forbid")
 
@@ -78,16 +78,7 @@ def load_config(path: str | Path | None) -> GeneratorConfig:
     """
     if path is None:
         return GeneratorConfig()
-    with open(path, encoding="utf-8") as handle:
-        raw = yaml.safe_load(handle) or {}
-    try:
-        return _ADAPTER.validate_python(raw)
-    except ValidationError as error:
-        lines = [
-            f"{path}:{'.'.join(str(part) for part in detail['loc']) or '-'}: {detail['msg']}"
-            for detail in error.errors(include_url=False)
-        ]
-        raise ValueError("invalid generator config:\n" + "\n".join(lines)) from None
+    return load_validated_yaml(path, _ADAPTER, "generator config")
 
 
 def config_to_dict(config: GeneratorConfig) -> dict:

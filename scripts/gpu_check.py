@@ -356,6 +356,19 @@ TABLE_HEADER = ROW_FORMAT.format(
 )
 
 
+def row_error(error: Exception) -> str:
+    """Prints the traceback of a row that broke and returns the row's text for the table."""
+    traceback.print_exc()
+    return f"error: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+
+
+def release_memory(device: torch.device) -> None:
+    """Frees the last row's model before the next row builds its own."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def run_decode_row(name: str, tiny: bool, device: torch.device) -> Rates:
     """Batch-1 reading and writing of a freshly built model, timed as the runtime's policy runs it."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -488,12 +501,8 @@ def main(argv: list[str] | None = None) -> int:
             except torch.cuda.OutOfMemoryError:
                 result = "OOM"
             except Exception as error:  # one broken row must not cost the others their results
-                traceback.print_exc()
-                result = f"error: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
-                failed = True
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+                result, failed = row_error(error), True
+            release_memory(device)
         label = streaming_label if attention == "streaming" else "sdpa causal"
         print(format_row(name + label_suffix, mode, label, result), flush=True)
 
@@ -521,12 +530,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 decoded = run_decode_row(name, args.tiny, device)
             except Exception as error:  # the training rows above keep their results
-                traceback.print_exc()
-                decoded = f"error: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
-                failed = True
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+                decoded, failed = row_error(error), True
+            release_memory(device)
         print(format_decode_row(name + label_suffix, decoded), flush=True)
     print(f"total {time.monotonic() - started:.0f} s")
     return 1 if failed else 0

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from clocktune.clock import PROFILES, DeviceProfile
 from clocktune.timeline.io import atomic_write_lines
+from clocktune.yaml_config import load_validated_yaml
 
 _ADAPTER = TypeAdapter(DeviceProfile)
 
@@ -38,15 +39,7 @@ def load_device_profile(name_or_path: str) -> DeviceProfile:
     path = Path(name_or_path)
     if not path.is_file():
         raise ValueError(f"profile {name_or_path!r}: not one of {', '.join(sorted(PROFILES))}, and not a file")
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    try:
-        return _ADAPTER.validate_python(raw)
-    except ValidationError as error:
-        lines = [
-            f"{path}:{'.'.join(str(part) for part in detail['loc']) or '-'}: {detail['msg']}"
-            for detail in error.errors(include_url=False)
-        ]
-        raise ValueError("invalid device profile:\n" + "\n".join(lines)) from None
+    return load_validated_yaml(path, _ADAPTER, "device profile")
 
 
 def save_device_profile(profile: DeviceProfile, path: str | Path) -> None:
