@@ -383,6 +383,7 @@ def format_decode_row(model: str, result: Rates | str) -> str:
     """A line of the decoding table; ``result`` is the rates or the text of a row without them."""
     if isinstance(result, str):
         return DECODE_FORMAT.format(model, "", "", "", "", result).rstrip()
+    # DeviceProfile.action_s(20), written out: clocktune.clock needs pydantic, which the device image may lack.
     action_s = result.action_overhead_s + 20 / result.decode_tokens_per_s
     return DECODE_FORMAT.format(
         model,

@@ -32,15 +32,17 @@ def streaming_mask(
 
     Returns:
         A ``(1, 1, n, start + n)`` mask: each new token sees the earlier tokens still visible at its time, and
-        itself.
+        itself. This is the training rule of :func:`clocktune.masks.build_float_mask` (no sink, no window) for one
+        row's last ``n`` queries, built from the new tokens' times alone; tests/test_runtime.py checks that a
+        policy's logits match a full forward under that mask.
     """
     n = len(times)
     total = start + n
     until = torch.tensor(visible_until[:total], dtype=torch.float64)
-    time = torch.tensor(times, dtype=torch.float64)
+    fed_at = torch.tensor(times, dtype=torch.float64)
     k = torch.arange(total)
     q = torch.arange(start, total)
-    allowed = (k[None, :] <= q[:, None]) & (until[None, :] > time[:, None])
+    allowed = (k[None, :] <= q[:, None]) & (until[None, :] > fed_at[:, None])
     allowed |= k[None, :] == q[:, None]
     mask = torch.zeros(n, total, dtype=dtype)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
