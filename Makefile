@@ -31,7 +31,7 @@ $(BFCL_DIR)/bfcl_eval-$(BFCL_VERSION).dist-info: | setup
 
 # Generate dialogues, score SmolLM2 before/after a bounded LoRA fine-tune on CPU; writes $(OUT)/summary.json.
 demo: setup
-	$(BIN)/python -m clocktune.demo --out $(OUT)
+	$(BIN)/python -m clocktune.cli.demo --out $(OUT)
 
 test: setup bfcl
 	$(BIN)/python -m pytest

@@ -1,4 +1,4 @@
-"""The clock: the three models that set every time stamp (DESIGN.md §2).
+"""The clock: the three models that set every time stamp (docs/design.md §2).
 
 - speech: when each recogniser update of the user's words arrives;
 - tools: how long each call takes and whether it fails (``LatencyModel`` on each tool schema);

@@ -152,6 +152,57 @@ def push_dataset(data_dir: str | Path, repo_id: str, *, private: bool = False, m
         return _with_retries(lambda: _upload(staging, repo_id, "dataset", private, None), max_retries)
 
 
+def card_info_for(
+    checkpoint: str | Path,
+    dataset: str | None = None,
+    dataset_stats_path: str | Path | None = None,
+    eval_summary_path: str | Path | None = None,
+) -> dict[str, Any]:
+    """The model card facts of a checkpoint, for ``push_checkpoint(card_info=...)``.
+
+    Args:
+        checkpoint: The checkpoint folder; its tokenizer's clocktune encoding gives the clock configuration.
+        dataset: The training dataset (Hub id or path), named on the card.
+        dataset_stats_path: A ``stats.json`` of the training data, shown as a table; ``None`` shows none.
+        eval_summary_path: A ``summary.json`` whose numbers (only those) go in the evaluation table; ``None``
+            shows none.
+
+    Returns:
+        ``{"clock": ..., "dataset": ..., "dataset_stats": ..., "eval": ...}``.
+
+    Raises:
+        OSError: When a file cannot be read or the tokenizer cannot be loaded.
+        ValueError: When the tokenizer carries no clocktune encoding, or a JSON file does not parse.
+    """
+    # Imported here so that dataset pushes do not pay for importing transformers.
+    from transformers import AutoTokenizer
+
+    from clocktune.encoding import load_encoding
+
+    encoding = load_encoding(AutoTokenizer.from_pretrained(checkpoint))
+    # Only numbers make evaluation rows: a summary also holds paths and nested reports.
+    evaluation = {key: value for key, value in _read_json(eval_summary_path).items() if isinstance(value, int | float)}
+    return {
+        "clock": {"model_format": encoding.model_format.name, **_codec_settings(encoding.codec.to_dict())},
+        "dataset": dataset,
+        "dataset_stats": _read_json(dataset_stats_path),
+        "eval": evaluation,
+    }
+
+
+def _read_json(path: str | Path | None) -> dict:
+    """The JSON object in ``path``; ``{}`` when there is no path."""
+    if path is None:
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _codec_settings(codec: dict) -> dict:
+    """``{"name": "abs_bins", "resolution": 0.1}`` as card rows: ``time_codec``, ``time_codec.resolution``."""
+    return {("time_codec" if key == "name" else f"time_codec.{key}"): value for key, value in codec.items()}
+
+
 def _folder_files(folder: Path) -> dict[str, Path]:
     """Files under ``folder`` by repo path, without the skipped trainer files and README."""
     return {

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from clocktune.atomic import atomic_write_folder
 
 EMBEDDED_MODEL = "SmolLM2-135M-Instruct"
 # The name configs and commands use for the embedded model in place of a Hub id or a path.
@@ -67,15 +67,13 @@ def embedded_model_path(cache_dir: str | os.PathLike | None = None) -> Path:
         del config.quantization_config
     model = LlamaForCausalLM(config)
     model.load_state_dict(quantised.state_dict())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{EMBEDDED_MODEL}."))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+
+    def save(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    # Atomic, so that a conversion killed half-way is redone, not loaded (config.json is what says it is done).
+    atomic_write_folder(target, save)
     return target
 
 

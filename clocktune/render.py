@@ -3,9 +3,9 @@
 Each event becomes one message (``clocktune.encoding.formats``) tokenised on its own with ``add_special_tokens=False``;
 messages start and end with special tokens, so the concatenation equals tokenising the whole text, and appending
 events one by one (``Renderer.append``, the runtime) gives exactly the ids of ``render`` (training): the train ≡
-serve invariant of DESIGN.md §3.
+serve invariant of docs/design.md §3.
 
-Per-token metadata (DESIGN.md §4):
+Per-token metadata (docs/design.md §4):
 
 - ``labels``: ``-100`` except on agent tokens, i.e. an agent message's action and its end-of-message token. The
   assistant header, the state line after the clock (``clocktune.state_line``), the tail after the end token and,

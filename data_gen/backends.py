@@ -1,40 +1,25 @@
-"""Tool backends: the stateful simulated services that execute a timeline's calls, one instance per session.
+"""Tool backends of the generator's domains and of imported benchmarks, and the factory that picks one per timeline.
 
-The runtime's executor and the ground-truth checks talk to every backend through :class:`ToolBackend`, so
-generated domains and imported benchmarks run the same way.
+:func:`make_backend` is the :data:`clocktune.tools.BackendFactory` the CLI hands to sessions and evaluations: the
+runtime receives it and never looks domains up itself (docs/design.md §6).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from clocktune.timeline.events import Timeline
 from clocktune.timeline.io import Issue
+from clocktune.tools import BrokenCallError, ToolBackend, ToolError
 from data_gen.domains import DOMAINS
-from data_gen.domains.base import BrokenCallError, Domain, ToolError
+from data_gen.domains.base import Domain
 
-__all__ = ["DomainBackend", "ToolBackend", "ToolError", "check_ground_truth_state", "make_backend", "serves"]
+__all__ = ["DomainBackend", "check_ground_truth_state", "make_backend", "serves"]
 
 # Imported BFCL timelines are named "bfcl"; their backends load from the bfcl-eval wheel.
 BFCL_DOMAIN = "bfcl"
-
-
-class ToolBackend(Protocol):
-    """A session's simulated services.
-
-    ``execute`` runs one call with resolved arguments and returns its JSON-compatible result, raising
-    :class:`ToolError` for a call the service refuses; ``state`` returns the JSON-compatible state that ground
-    truth's ``final_state`` is compared with. ``sequential`` says whether reads depend on earlier writes (a file
-    system's ``ls`` after ``cd``): the runtime then runs calls in the order they were issued.
-    """
-
-    sequential: bool
-
-    def execute(self, name: str, arguments: dict[str, Any]) -> Any: ...
-
-    def state(self) -> dict[str, Any]: ...
 
 
 @dataclass

@@ -87,7 +87,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from clocktune.timeline.io import iter_timeline_file
-    from data_gen.show import draw_gantt, format_timeline
+    from clocktune.timeline.show import draw_gantt, format_timeline
 
     items = list(iter_timeline_file(args.file))
     if not 0 <= args.index < len(items):

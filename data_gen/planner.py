@@ -13,6 +13,9 @@ Two teachers decide the agent's actions:
   acknowledge, and answers as soon as the results are in.
 - ``sync`` is the turn-based baseline: it waits for the end of speech, then makes one call at a time with
   resolved arguments, waiting for each result before the next.
+
+Where each call acts on the state the earlier ones leave (BFCL), ``program_order`` makes the speculative teacher
+keep the listed order of a turn's calls; see :class:`Simulation`.
 """
 
 from __future__ import annotations
@@ -92,6 +95,13 @@ class Simulation:
         config: Generator config (speech, device, planner).
         seed: Seed of the speech, tool and agent random streams.
         teacher: ``speculative`` or ``sync``.
+        program_order: Whether the gold calls of a turn must run in the order they are listed, each acting on the
+            state the earlier ones leave (BFCL: ``cd`` then ``ls``). The ``speculative`` teacher then acts only
+            once the final chunk has arrived and issues the calls the way a readers-writer lock would, so the
+            order holds on any executor: a read-only call once every earlier state-changing call of the turn has
+            returned, a state-changing call once every earlier call has; consecutive read-only calls still run in
+            parallel. The calls are issued with their planned arguments, so they must not reference each
+            other's results. The ``sync`` teacher keeps the order anyway.
     """
 
     domain: Domain
@@ -102,6 +112,7 @@ class Simulation:
     seed: int
     teacher: str
     events: list[Event] = field(default_factory=list)
+    program_order: bool = False
 
     def __post_init__(self) -> None:
         self._speech_rng = random.Random(f"{self.seed}:speech")
@@ -237,6 +248,28 @@ class Simulation:
             return "wait", {}
         return self._finish_turn(turn)
 
+    def _decide_program_order(self, turn: Turn) -> tuple[str, dict[str, Any]]:
+        if not self._final:
+            return "wait", {}  # the order is that of the gold reading, which holds once the user has finished
+        change_pending = read_pending = False
+        for planned in turn.gold.calls:
+            call = self._by_key.get(planned.key)
+            if call is None:
+                if change_pending or (read_pending and self._tools[planned.name].side_effect):
+                    break
+                return "tool_call", {"planned": planned, "arguments": planned.arguments}
+            if call.seen_version != call.version:
+                change_pending = change_pending or call.side_effect
+                read_pending = read_pending or not call.side_effect
+        else:
+            return self._finish_turn(turn)
+        if any(call.turn == self._turn and call.side_effect and call.open for call in self._calls.values()):
+            return "commit", {}
+        if self._ack_wanted and not self._acked:
+            self._acked = True
+            return "say", {"answer": Answer(self._agent_rng.choice(ACKNOWLEDGEMENTS)), "final": False}
+        return "wait", {}
+
     def _reconcile(self, planned: PlannedCall) -> tuple[str, dict[str, Any]] | None:
         if any(key not in self._by_key for key in _refs(planned.arguments)):
             return None  # its inputs come first
@@ -362,7 +395,12 @@ class Simulation:
         Raises:
             PlannerError: When the agent is left waiting with nothing left to arrive.
         """
-        decide = self._decide_speculative if self.teacher == "speculative" else self._decide_sync
+        if self.teacher != "speculative":
+            decide = self._decide_sync
+        elif self.program_order:
+            decide = self._decide_program_order
+        else:
+            decide = self._decide_speculative
         start = self._speech_rng.uniform(self.config.speech.start_min_s, self.config.speech.start_max_s)
         self._start_turn(0, start)
         free_at = 0.0
@@ -411,6 +449,7 @@ def simulate(
     config: GeneratorConfig,
     seed: int,
     teacher: str,
+    program_order: bool = False,
 ) -> tuple[list[Event], GroundTruth]:
     """Plays a task out under a teacher.
 
@@ -422,10 +461,13 @@ def simulate(
         config: Generator config.
         seed: Seed of the dialogue.
         teacher: ``speculative`` or ``sync``.
+        program_order: Keep the listed order of each turn's gold calls; see :class:`Simulation`.
 
     Returns:
         The events and the ground truth.
     """
-    simulation = Simulation(domain, tools, task, copy.deepcopy(state), config, seed, teacher)
+    simulation = Simulation(
+        domain, tools, task, copy.deepcopy(state), config, seed, teacher, program_order=program_order
+    )
     events = simulation.run()
     return events, simulation.ground_truth()

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from clocktune.timeline.io import atomic_write_lines, iter_timeline_file, timeline_to_json, write_parquet
+from clocktune.atomic import atomic_write_lines
+from clocktune.settings_stamp import stamp_settings
+from clocktune.timeline.io import iter_timeline_file, timeline_to_json, write_parquet
 from data_gen.config import GeneratorConfig, config_to_dict
 from data_gen.generate import generate_dialogue, select_domains
 from data_gen.stats import DatasetStats
@@ -99,20 +101,13 @@ def run_generation(job: GenerationJob, num_proc: int = 1, progress: bool = True)
         The statistics written to ``out_dir/stats.json``.
 
     Raises:
-        ValueError: When ``out_dir`` holds a dataset generated with other settings.
+        ValueError: When ``out_dir`` holds a dataset generated with other settings (a
+            ``clocktune.settings_stamp.SettingsMismatchError``), or the config names an unknown domain.
     """
+    # The inputs first: a stamp written for a config that then fails would refuse the corrected command.
+    select_domains(job.config)  # also fails before starting workers
+    stamp_settings(job.out_dir / MANIFEST, job.manifest())
     (job.out_dir / "data").mkdir(parents=True, exist_ok=True)
-    manifest_path = job.out_dir / MANIFEST
-    manifest = job.manifest()
-    if manifest_path.exists():
-        previous = json.loads(manifest_path.read_text())
-        if previous != manifest:
-            raise ValueError(
-                f"{manifest_path} was written with other settings; use a new --out folder or delete it to start over"
-            )
-    else:
-        atomic_write_lines(manifest_path, [json.dumps(manifest, indent=2) + "\n"])
-    select_domains(job.config)  # fail before starting workers
 
     stats = DatasetStats()
     partial: dict[int, DatasetStats] = {}

@@ -14,10 +14,12 @@ import argparse
 import time
 from pathlib import Path
 
-from clocktune.runtime.evaluate import run_policy, summarize_runs
+from clocktune.runtime.play import run_policy
+from clocktune.runtime.report import summarize_runs
 from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
 from clocktune.runtime.session import SessionConfig
 from clocktune.timeline.io import read_timelines
+from data_gen.backends import make_backend
 from data_gen.importers.bfcl import CATEGORIES, import_bfcl
 
 
@@ -33,7 +35,7 @@ def main() -> None:
         result = import_bfcl(category, Path(args.out) / category, seed=0)
         timelines = read_timelines(result["path"])
         runs = {
-            name: run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), SessionConfig())
+            name: run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), make_backend, SessionConfig())
             for name in SCRIPTED_POLICIES
         }
         for name, run in runs.items():

@@ -19,10 +19,11 @@ import torch
 
 from clocktune.clock import PROFILES
 from clocktune.rendered_dataset import load_timeline_files
-from clocktune.runtime.evaluate import run_policy
 from clocktune.runtime.model_policy import ModelPolicy
-from clocktune.runtime.policies import load_policy_model, policy_factory
+from clocktune.runtime.play import run_policy
+from clocktune.runtime.policy_factories import load_policy_model, policy_factory
 from clocktune.runtime.session import SessionConfig
+from data_gen.backends import make_backend
 
 
 def main() -> None:
@@ -44,7 +45,7 @@ def main() -> None:
     seconds, results = {}, {}
     for label, factory in factories.items():
         started = time.perf_counter()
-        run = run_policy("speculative", timelines, factory, config, concurrency=1)
+        run = run_policy("speculative", timelines, factory, make_backend, config, concurrency=1)
         seconds[label] = time.perf_counter() - started
         results[label] = [result.to_dict() for result in run.results]
         print(f"  {label:<26}{seconds[label]:7.1f} s  {seconds[label] / len(timelines):5.2f} s/dialogue")

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from clocktune.atomic import atomic_write
 from clocktune.clock import PROFILES, SpeechConfig, ToolLatencyConfig
-from clocktune.runtime.evaluate import PolicyRun, run_policy, summarize_runs
+from clocktune.runtime.play import PolicyRun, run_policy
+from clocktune.runtime.report import summarize_runs
 from clocktune.runtime.scripted import ScriptedPolicy
 from clocktune.runtime.session import SessionConfig
+from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
 from data_gen.generate import generate_dialogue, select_domains
 
@@ -68,7 +70,8 @@ def measure_cell(words_per_s: float, median_scale: float, profile: str, dialogue
     timelines = [generate_dialogue(index, seed, config, domains) for index in range(dialogues)]
     session = SessionConfig(device=PROFILES[profile])
     runs: dict[str, PolicyRun] = {
-        name: run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), session) for name in POLICIES
+        name: run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), make_backend, session)
+        for name in POLICIES
     }
     summary = summarize_runs(runs["speculative"], runs["sync"], runs["oracle"])
     return {
@@ -130,10 +133,10 @@ def plot_cells(cells: list[dict], path: Path) -> None:
         figure.colorbar(image, ax=axis, shrink=0.8)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp.png")
-    figure.savefig(staging, dpi=120)
+    # Through a temporary sibling (which keeps the .png suffix savefig picks the format by), so that a plot from an
+    # earlier run is replaced whole or not at all.
+    atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=120))
     plt.close(figure)
-    os.replace(staging, path)
 
 
 def main() -> None:

@@ -18,10 +18,12 @@ import asyncio
 import statistics
 import time
 
-from clocktune.runtime.evaluate import PolicyRun, format_intervals, run_policy, summarize_runs
+from clocktune.runtime.play import PolicyRun, run_policy
+from clocktune.runtime.report import format_intervals, summarize_runs
 from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
 from clocktune.runtime.session import Session, SessionConfig
 from clocktune.runtime.virtual_clock import run_virtual
+from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
 from data_gen.generate import generate_dialogue, select_domains
 
@@ -34,7 +36,8 @@ def _dialogues(count: int, seed: int) -> list:
 
 def _policy_runs(timelines: list, config: SessionConfig) -> dict:
     return {
-        name: run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), config) for name in SCRIPTED_POLICIES
+        name: run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), make_backend, config)
+        for name in SCRIPTED_POLICIES
     }
 
 
@@ -60,7 +63,7 @@ def _latency_table(args: argparse.Namespace) -> None:
             )
         summary = summarize_runs(runs["speculative"], runs["sync"], runs["oracle"])
         shares.append(summary["share_of_oracle_reduction"])
-        print(f"     {format_intervals(summary)}")
+        print("\n".join(f"     {line}" for line in format_intervals(summary).splitlines()))
     print("mean speedup_p50 over sync across seeds:")
     for name, values in speedups.items():
         print(f"  {name:<14}{statistics.fmean(values):.3f}x  (min {min(values):.3f}, max {max(values):.3f})")
@@ -85,7 +88,9 @@ def _concurrency(args: argparse.Namespace) -> None:
     config = SessionConfig()
 
     async def main() -> list:
-        return await asyncio.gather(*(Session(t, ScriptedPolicy(t, "oracle"), config).run() for t in timelines))
+        return await asyncio.gather(
+            *(Session(t, ScriptedPolicy(t, "oracle"), config, make_backend(t)).run() for t in timelines)
+        )
 
     started = time.perf_counter()
     logs = run_virtual(main())

@@ -18,11 +18,13 @@ import statistics
 import time
 
 from clocktune.rendered_dataset import load_timeline_files
+from clocktune.runtime.clocks import WallClock
 from clocktune.runtime.device_profiles import measure_device_profile
-from clocktune.runtime.evaluate import run_policy
 from clocktune.runtime.incremental import measure_rates
-from clocktune.runtime.policies import load_policy_model, policy_factory
+from clocktune.runtime.play import run_policy
+from clocktune.runtime.policy_factories import load_policy_model, policy_factory
 from clocktune.runtime.session import SessionConfig
+from data_gen.backends import make_backend
 
 
 def _decode_ms_in_worker_thread(model) -> float:
@@ -56,9 +58,9 @@ def main() -> None:
     )
     factory = policy_factory("model", loaded=(model, tokenizer))
     runs, seconds = {}, {}
-    for clock, config in (("virtual", SessionConfig(device=profile)), ("wall", SessionConfig(clock="wall"))):
+    for clock, config in (("virtual", SessionConfig(device=profile)), ("wall", SessionConfig(clock=WallClock()))):
         started = time.perf_counter()
-        runs[clock] = run_policy(clock, timelines, factory, config, concurrency=1)
+        runs[clock] = run_policy(clock, timelines, factory, make_backend, config, concurrency=1)
         seconds[clock] = time.perf_counter() - started
     virtual, wall = runs["virtual"], runs["wall"]
     print(f"{len(timelines)} dialogues, one session at a time; latency to the answer's first words")

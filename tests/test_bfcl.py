@@ -458,13 +458,14 @@ def test_cli_import_bfcl_end_to_end(tmp_path, capsys):
 
 
 def test_runtime_oracle_replays_bfcl_ground_truth_to_the_same_state(imported):
-    from clocktune.runtime.evaluate import run_policy
+    from clocktune.runtime.play import run_policy
     from clocktune.runtime.scripted import ScriptedPolicy
     from clocktune.runtime.session import SessionConfig
+    from data_gen.backends import make_backend
 
     timelines = [t for path in imported.values() for t in read_timelines(path)]
     for name in ("oracle", "sync", "speculative"):
-        run = run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), SessionConfig())
+        run = run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), make_backend, SessionConfig())
         assert all(r.state_ok and r.calls_ok and r.end_reason == "done" for r in run.results), name
         assert sum(r.side_effect_violations for r in run.results) == 0
 

@@ -17,7 +17,7 @@ SUMMARY_KEYS = (
 
 
 def test_demo_writes_the_summary_issue_4_asks_for_and_says_when_training_was_cut_short(tmp_path, capsys):
-    from clocktune.demo import main
+    from clocktune.cli.demo import main
 
     out = tmp_path / "demo"
     # A budget of 0 minutes stops training after its first step: the path a run on a busy machine takes.
@@ -40,7 +40,7 @@ def test_demo_writes_the_summary_issue_4_asks_for_and_says_when_training_was_cut
 
 def test_demo_ends_with_the_runtime_table_and_shows_a_dialogue(tmp_path, capsys):
     # Issue 5: `make demo` ends with the runtime's table for the model it trained, and its summary goes under `eval`.
-    from clocktune.demo import main
+    from clocktune.cli.demo import main
 
     out = tmp_path / "demo"
     argv = ["--out", str(out), "--train-dialogues", "4", "--eval-dialogues", "2", "--max-steps", "1"]

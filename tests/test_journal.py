@@ -6,8 +6,10 @@ import pytest
 
 from clocktune.runtime.evaluate import compare_policies
 from clocktune.runtime.journal import JournalError, RunJournal
+from clocktune.runtime.policy import PolicySpec
 from clocktune.runtime.scripted import ScriptedPolicy
 from clocktune.runtime.session import SessionConfig
+from data_gen.backends import make_backend
 
 
 class Killed(Exception):
@@ -30,8 +32,9 @@ class Counting:
 def _evaluate(timelines, out, policy, baseline=None, config=None):
     return compare_policies(
         timelines,
-        ("speculative", policy),
-        ("sync", baseline or Counting("sync")),
+        PolicySpec("speculative", policy, "scripted:speculative"),
+        PolicySpec("sync", baseline or Counting("sync"), "scripted:sync"),
+        make_backend,
         config or SessionConfig(failure_rate=0.2),
         out,
         concurrency=4,
@@ -71,7 +74,10 @@ def test_a_line_cut_off_by_a_kill_is_replayed_and_a_bad_line_is_named(generated,
     from clocktune.runtime.session import Session
     from clocktune.runtime.virtual_clock import run_virtual
 
-    logs = [run_virtual(Session(t, ScriptedPolicy(t, "sync"), SessionConfig()).run()) for t in generated[0][:3]]
+    logs = [
+        run_virtual(Session(t, ScriptedPolicy(t, "sync"), SessionConfig(), make_backend(t)).run())
+        for t in generated[0][:3]
+    ]
     journal = RunJournal(tmp_path / "run.jsonl")
     journal.append(0, logs[0])
     journal.append(1, logs[1])

@@ -26,6 +26,7 @@ from clocktune.runtime.scoring import score_session
 from clocktune.runtime.session import Session, SessionConfig, SessionLog
 from clocktune.runtime.virtual_clock import run_virtual
 from clocktune.timeline.events import Event, Timeline
+from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
 from data_gen.generate import generate_dialogue
 
@@ -118,7 +119,7 @@ def make_policy(timeline: Timeline, base_url: str, **options: Any) -> OpenAIChat
 
 
 def play(timeline: Timeline, policy: OpenAIChatPolicy, config: SessionConfig | None = None) -> SessionLog:
-    return run_virtual(Session(timeline, policy, config or SessionConfig()).run())
+    return run_virtual(Session(timeline, policy, config or SessionConfig(), make_backend(timeline)).run())
 
 
 def heard(body: dict[str, Any]) -> str:

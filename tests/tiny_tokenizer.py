@@ -11,9 +11,9 @@ from functools import lru_cache
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AddedToken, PreTrainedTokenizerFast
 
+from clocktune.timeline.show import format_timeline
 from data_gen.config import GeneratorConfig
 from data_gen.generate import generate_dialogue
-from data_gen.show import format_timeline
 
 QWEN_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"

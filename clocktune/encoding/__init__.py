@@ -1,4 +1,4 @@
-"""Encoding of timelines as tokens (DESIGN.md §3): time codecs, model formats and the tokenizer extension."""
+"""Encoding of timelines as tokens (docs/design.md §3): time codecs, model formats and the tokenizer extension."""
 
 from clocktune.encoding.formats import FORMATS, MARKERS, ModelFormat, get_format, tool_json
 from clocktune.encoding.time_codecs import CODECS, AbsBinsCodec, LogDeltaCodec, TextCodec, TimeCodec, get_codec

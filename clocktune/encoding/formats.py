@@ -1,4 +1,4 @@
-"""Model formats: how each event becomes one chat message in a model's native framing (DESIGN.md §3).
+"""Model formats: how each event becomes one chat message in a model's native framing (docs/design.md §3).
 
 Every event is one message ``header(role) + clock + body + end + tail``; the conversation starts with ``bos`` and a
 system message that lists the tools. Because every message starts and ends with special tokens, tokenising the

@@ -1,4 +1,4 @@
-"""Time codecs: how the clock in front of every event is written (DESIGN.md §3).
+"""Time codecs: how the clock in front of every event is written (docs/design.md §3).
 
 A codec turns an event time into the clock text placed at the start of the event's message, and reads it back.
 Three codecs are built in:

@@ -1,5 +1,5 @@
 """The real-time runtime: sessions that replay user speech, execute tools and ask a policy what to do, on a
-virtual or the wall clock (DESIGN.md §5).
+virtual or the wall clock (docs/design.md §5).
 
 - ``virtual_clock``: an asyncio loop whose time jumps to the next timer.
 - ``executor``: the tool executor and its call graph (dependencies, commit, modify, cancel).

@@ -1,6 +1,6 @@
 """The tool executor: runs an agent's calls against a session's backend on the event loop's clock.
 
-It keeps the call graph (DESIGN.md §5): read-only calls dispatch at once; calls whose arguments reference other
+It keeps the call graph (docs/design.md §5): read-only calls dispatch at once; calls whose arguments reference other
 calls (``{"$ref": "c1"}``) wait for those results; state-changing calls wait for ``commit``; a modified call
 cancels its in-flight request and runs again, and so do the calls that used its old result; a cancelled call's
 late result is dropped. With a ``sequential`` backend (one whose reads depend on earlier writes, like a file
@@ -22,8 +22,7 @@ from typing import Any
 from clocktune.clock import sample_failure, sample_latency
 from clocktune.timeline.events import ToolSchema
 from clocktune.timeline.refs import iter_refs, resolve_refs
-from data_gen.backends import ToolBackend
-from data_gen.domains.base import ToolError
+from clocktune.tools import ToolBackend, ToolError
 
 # deliver(call_id, content, error): hands a result to the session at the loop's current time.
 Deliver = Callable[[str, Any, "str | None"], None]

@@ -1,7 +1,7 @@
 """Batch-1 incremental decoding over a KV cache under the streaming mask, and how fast it runs.
 
 What a policy does with a local model (``model_policy``): feed new tokens at their times over the cache, each
-attending to the earlier tokens still visible then (DESIGN.md §4), and read the next token's logits. Timing the
+attending to the earlier tokens still visible then (docs/design.md §4), and read the next token's logits. Timing the
 same calls gives the rates a device profile charges (``device_profiles``). Only torch and transformers are
 imported, so the GPU check can time a model without the rest of clocktune's dependencies.
 """

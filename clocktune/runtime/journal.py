@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from clocktune.runtime.session import SessionLog
-from clocktune.timeline.io import TimelineFormatError, atomic_write_lines, timeline_from_record, timeline_to_record
+from clocktune.settings_stamp import stamp_settings
+from clocktune.timeline.io import TimelineFormatError, timeline_from_record, timeline_to_record
 
 
 class JournalError(ValueError):
@@ -119,7 +120,7 @@ class EvalJournal:
 
     def __init__(self, folder: str | Path, settings: dict[str, Any]):
         self.folder = Path(folder)
-        self.settings = json.loads(json.dumps(settings, sort_keys=True, default=str))
+        self.settings = settings
 
     def open(self) -> None:
         """Starts the journal, or checks that the one in the folder was started with the same settings.
@@ -127,20 +128,12 @@ class EvalJournal:
         Raises:
             JournalError: When the folder holds a journal of other settings, naming the settings that differ.
         """
-        path = self.folder / "settings.json"
-        if path.exists():
-            recorded = json.loads(path.read_text(encoding="utf-8"))
-            differ = sorted(
-                key for key in recorded.keys() | self.settings.keys() if recorded.get(key) != self.settings.get(key)
-            )
-            if differ:
-                raise JournalError(
-                    f"{path}: an interrupted evaluation with other settings ({', '.join(differ)}) is here; rerun it "
-                    f"with the same arguments to resume it, or delete {self.folder} to start over"
-                )
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_lines(path, [json.dumps(self.settings, indent=2, sort_keys=True) + "\n"])
+        stamp_settings(
+            self.folder / "settings.json",
+            self.settings,
+            remedy=f"rerun it with the same arguments to resume it, or delete {self.folder} to start over",
+            error=JournalError,
+        )
 
     def run(self, policy: str) -> RunJournal:
         """The journal of one policy's run.
@@ -170,7 +163,7 @@ def checkpoint_stamp(model: str) -> str | None:
     Returns:
         The stamp; ``None`` for scripted policies, endpoints and Hub repo ids.
     """
-    from clocktune.runtime.policies import is_checkpoint
+    from clocktune.runtime.policy_factories import is_checkpoint
 
     folder = Path(model)
     if not is_checkpoint(model) or not folder.is_dir():

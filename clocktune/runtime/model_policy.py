@@ -1,13 +1,13 @@
 """A local Hugging Face causal LM as the policy: the shared renderer feeds it incrementally over a KV cache.
 
 Every event the session logs is appended to a :class:`~clocktune.render.Renderer` and its ids are fed to the
-model, so the model's context is exactly ``render(session_log)`` (DESIGN.md §3). To act, the policy feeds the
+model, so the model's context is exactly ``render(session_log)`` (docs/design.md §3). To act, the policy feeds the
 renderer's prompt (assistant header, clock and state line) and decodes greedily up to the format's end-of-message
 token; it then drops the prompt and the generated tokens from the cache and, once the session accepts the action,
 feeds the renderer's canonical ids for it, so a model that split the same text into other tokens still sees what
 training showed it.
 
-Attention over the cache follows the streaming mask (DESIGN.md §4): each fed token attends to the earlier tokens
+Attention over the cache follows the streaming mask (docs/design.md §4): each fed token attends to the earlier tokens
 still visible at its time, and to itself, through an additive 4D mask; hidden partials and superseded results
 stop being attended the moment they are hidden.
 
@@ -31,7 +31,7 @@ from clocktune.actions import ActionParseError, parse_action
 from clocktune.clock import FIRST_WORDS_TOKENS
 from clocktune.render import Renderer
 from clocktune.runtime.incremental import feed
-from clocktune.runtime.session import Decision
+from clocktune.runtime.policy import Decision
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
 
 

@@ -1,4 +1,4 @@
-"""An OpenAI-compatible chat endpoint as the policy: the out-of-the-box cloud mode (DESIGN.md §5).
+"""An OpenAI-compatible chat endpoint as the policy: the out-of-the-box cloud mode (docs/design.md §5).
 
 The real-time protocol is *prompted*, not built on the endpoint's native tool calling, so that any chat endpoint
 (OpenAI, vLLM, llama.cpp's server, Ollama, ...) works: a system message explains the protocol and lists the
@@ -41,7 +41,7 @@ from typing import Any
 
 from clocktune.actions import CALL_ID, Action, ActionParseError, strict_json_loads
 from clocktune.clock import estimate_tokens
-from clocktune.runtime.session import Decision
+from clocktune.runtime.policy import Decision
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
 
 # Models like to wrap JSON in a Markdown fence even when told not to; that much is tolerated, nothing else.

@@ -2,7 +2,7 @@
 
 Every scripted policy knows what the user wants (the recorded teacher's final calls and answer of each turn) and
 differs only in *when* it acts, so that comparing them on the same timelines isolates the latency that a
-strategy saves (DESIGN.md §5):
+strategy saves (docs/design.md §5):
 
 - ``sync``: turn-based. Waits for the end of speech, then one call at a time with resolved arguments, each after
   the previous result; commits each state-changing call as it goes; answers when all results are in.
@@ -27,7 +27,7 @@ from typing import Any
 
 from clocktune.actions import Action
 from clocktune.clock import estimate_tokens
-from clocktune.runtime.session import Decision
+from clocktune.runtime.policy import Decision
 from clocktune.timeline.events import Event, Timeline
 from clocktune.timeline.refs import iter_refs, resolve_refs
 

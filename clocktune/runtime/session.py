@@ -15,52 +15,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from clocktune.actions import Action
 from clocktune.clock import DeviceProfile
+from clocktune.runtime.clocks import Clock, VirtualClock
 from clocktune.runtime.executor import ToolExecutor
-from clocktune.runtime.wall_clock import on_calling_thread
+from clocktune.runtime.policy import Policy
 from clocktune.timeline.events import Event, Timeline
 from clocktune.timeline.refs import iter_refs
-from data_gen.backends import ToolBackend, make_backend
-
-
-@dataclass
-class Decision:
-    """What a policy produced at one action boundary.
-
-    Args:
-        action: The parsed action, or ``None`` when the output was not a valid action.
-        tokens: Tokens generated (charged as decode time on the virtual clock).
-        error: Why the output did not parse (becomes a notice).
-        first_words_at: ``time.monotonic()`` when the action's first ``FIRST_WORDS_TOKENS`` tokens were written,
-            for a policy that decodes token by token; on the wall clock an answer's first words are out then, not
-            when the whole action is handed over.
-    """
-
-    action: Action | None
-    tokens: int
-    error: str | None = None
-    first_words_at: float | None = None
-
-
-class Policy(Protocol):
-    """Decides the agent's actions. ``observe`` receives every event the session logs, in order (the agent's
-    own accepted actions and notices included) and returns how many new context tokens it read; ``act`` returns
-    the next action at time ``t``; ``close`` releases what it holds once its session is over (a model's KV
-    cache); ``name`` labels its results and its session logs. On the wall clock ``act`` runs on the thread that
-    started the run (``wall_clock``), one session's at a time, unless ``io_bound``: then in a worker thread, so that
-    sessions overlap their waits (an endpoint's replies)."""
-
-    name: str
-    io_bound: bool
-
-    def observe(self, events: list[Event]) -> int: ...
-
-    def act(self, t: float) -> Decision: ...
-
-    def close(self) -> None: ...
+from clocktune.tools import ToolBackend
 
 
 @dataclass
@@ -69,7 +33,8 @@ class SessionConfig:
 
     Args:
         device: Compute profile charged on the virtual clock.
-        clock: ``virtual`` (reproducible, charged compute) or ``wall`` (real time).
+        clock: :class:`~clocktune.runtime.clocks.VirtualClock` (reproducible, charged compute) or
+            :class:`~clocktune.runtime.clocks.WallClock` (real time).
         failure_rate: Injected probability that a tool call fails.
         tool_timeout_s: Calls slower than this fail with a timeout.
         max_retries: Invalid actions in a row before the session stops asking until the next event.
@@ -78,7 +43,7 @@ class SessionConfig:
     """
 
     device: DeviceProfile = field(default_factory=DeviceProfile)
-    clock: str = "virtual"
+    clock: Clock = field(default_factory=VirtualClock)
     failure_rate: float = 0.0
     tool_timeout_s: float | None = 10.0
     max_retries: int = 2
@@ -156,16 +121,15 @@ class Session:
         timeline: Recorded timeline: its tools, initial state and user speech are replayed.
         policy: The agent.
         config: Session config.
-        backend: Tool backend; defaults to ``make_backend(timeline)``.
+        backend: The session's own tool backend, in the timeline's initial state (from a
+            :data:`~clocktune.tools.BackendFactory`).
     """
 
-    def __init__(
-        self, timeline: Timeline, policy: Policy, config: SessionConfig, backend: ToolBackend | None = None
-    ) -> None:
+    def __init__(self, timeline: Timeline, policy: Policy, config: SessionConfig, backend: ToolBackend) -> None:
         self.timeline = timeline
         self.policy = policy
         self.config = config
-        self.backend = backend if backend is not None else make_backend(timeline)
+        self.backend = backend
         self.tools = {tool.name: tool for tool in timeline.tools}
         self.turns, self.gaps = utterances(timeline)
         self.events: list[Event] = []
@@ -290,35 +254,16 @@ class Session:
 
     # Agent loop ---------------------------------------------------------------------------------------------
 
-    async def _charge(self, seconds: float) -> None:
-        if self.config.clock == "virtual" and seconds > 0:
-            await asyncio.sleep(seconds)
-
     def _nothing_can_arrive(self) -> bool:
         return not self._inbox and self._speech_pending == 0 and self.executor.in_flight == 0
-
-    async def _decide(self, t: float) -> Decision:
-        if self.config.clock == "virtual":
-            return self.policy.act(t)  # the clock stands still while it computes; the profile charges the time
-        if self.policy.io_bound:
-            return await asyncio.to_thread(self.policy.act, t)  # sessions overlap their waits on the network
-        return await on_calling_thread(self.policy.act, t)
-
-    def _first_words_out(self, t: float, decision: Decision) -> float:
-        if self.config.clock == "virtual":
-            return round(t + self.config.device.first_words_s(decision.tokens), 3)
-        if decision.first_words_at is not None:  # the loop's clock is time.monotonic(), as asyncio's always is
-            return round(decision.first_words_at - self._t0, 3)
-        return self.now()
 
     async def _act_until_boundary(self) -> None:
         """Asks the policy for actions until it waits, ends the turn, or new events interrupt it."""
         invalid = 0
         while not self._done:
             t = self.now()
-            decision = await self._decide(t)
-            if self.config.clock == "virtual":
-                await self._charge(self.config.device.action_s(decision.tokens))
+            decision = await self.config.clock.decide(self.policy, t)
+            await self.config.clock.charge(self.config.device.action_s(decision.tokens))
             action = decision.action
             error = decision.error if action is None else self._check(action)
             if error is not None:
@@ -331,7 +276,7 @@ class Session:
                     return
                 continue
             if action.kind == "say" and action.final:
-                self._first_words.append(self._first_words_out(t, decision))
+                self._first_words.append(self.config.clock.first_words(t, decision, self.config.device, self._t0))
             event = action.to_event(f"e{len(self.events)}", t)
             self.events.append(event)
             self.policy.observe([event])
@@ -406,8 +351,7 @@ class Session:
                         break
                 else:
                     tokens = self.policy.observe(self._ingest())
-                if self.config.clock == "virtual":
-                    await self._charge(self.config.device.prefill_s(tokens))
+                await self.config.clock.charge(self.config.device.prefill_s(tokens))
                 await self._act_until_boundary()
         finally:
             watchdog.cancel()

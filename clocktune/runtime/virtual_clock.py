@@ -75,25 +75,3 @@ def run_virtual(main: Coroutine[Any, Any, T]) -> T:
             loop.run_until_complete(_drain(pending))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
-
-
-def run_on_clock(main: Coroutine[Any, Any, T], clock: str) -> T:
-    """Runs a coroutine on the virtual clock (``"virtual"``) or the wall clock (``"wall"``, see ``wall_clock``).
-
-    Args:
-        main: The coroutine.
-        clock: ``"virtual"`` or ``"wall"``.
-
-    Returns:
-        Its result.
-
-    Raises:
-        ValueError: For another clock name.
-    """
-    if clock == "virtual":
-        return run_virtual(main)
-    if clock == "wall":
-        from clocktune.runtime.wall_clock import run_wall
-
-        return run_wall(main)
-    raise ValueError(f"clock must be 'virtual' or 'wall', not {clock!r}")

@@ -1,4 +1,4 @@
-"""The timeline format (DESIGN.md §1): events, reading and writing, validation, derived facts."""
+"""The timeline format (docs/design.md §1): events, reading and writing, validation, derived facts."""
 
 from clocktune.timeline.events import (
     AGENT_KINDS,

@@ -1,4 +1,4 @@
-"""The timeline: one streaming dialogue as a header plus time-ordered events (DESIGN.md §1).
+"""The timeline: one streaming dialogue as a header plus time-ordered events (docs/design.md §1).
 
 The in-memory form is plain dataclasses so the generator can build thousands of timelines per second.
 Parsing, validation of types and the JSON Schema go through pydantic ``TypeAdapter`` over these same
@@ -62,7 +62,7 @@ _STRICT = ConfigDict(extra="forbid")
 
 @dataclass(slots=True)
 class LatencyModel:
-    """Latency and failure model of one tool: lognormal body with a heavy tail (DESIGN.md §2).
+    """Latency and failure model of one tool: lognormal body with a heavy tail (docs/design.md §2).
 
     Args:
         median_s: Median latency in seconds.

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
+from clocktune.atomic import atomic_write, atomic_write_lines
 from clocktune.timeline.events import Timeline
 
 TIMELINE_ADAPTER: TypeAdapter[Timeline] = TypeAdapter(Timeline)
-_FILE_MODE = 0o644
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,32 +153,6 @@ def write_timelines(path: str | os.PathLike, timelines: Iterable[Timeline]) -> i
     return atomic_write_lines(path, lines)
 
 
-def atomic_write_lines(path: str | os.PathLike, lines: Iterable[str]) -> int:
-    """Writes text lines to ``path`` through a temporary file and ``os.replace`` so a reader never sees half a file.
-
-    Args:
-        path: Destination file.
-        lines: Lines including their newlines.
-
-    Returns:
-        Number of lines written.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for line in lines:
-                handle.write(line)
-                count += 1
-        os.chmod(tmp, _FILE_MODE)  # mkstemp creates 0600; a dataset is meant to be read by others
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return count
-
-
 def timeline_json_schema() -> dict:
     """Returns the JSON Schema of one line of a timeline file (the on-disk form)."""
     schema = TIMELINE_ADAPTER.json_schema(mode="serialization")
@@ -242,16 +214,7 @@ def write_parquet(path: str | os.PathLike, timelines: Iterable[Timeline]) -> int
 
     records = [timeline_to_record(timeline) for timeline in timelines]
     table = pa.Table.from_pylist(records, schema=arrow_schema())
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
     return len(records)
 
 

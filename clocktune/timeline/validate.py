@@ -1,4 +1,4 @@
-"""Semantic validation of timelines: the rules of DESIGN.md §1 that types alone cannot express.
+"""Semantic validation of timelines: the rules of docs/design.md §1 that types alone cannot express.
 
 Every problem becomes an :class:`~clocktune.timeline.io.Issue` naming file, line and field; a file is checked
 to the end so that all bad lines are reported at once.

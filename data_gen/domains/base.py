@@ -8,21 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from clocktune.timeline.events import LatencyModel, ToolSchema
+from clocktune.tools import BrokenCallError, ToolError
 from data_gen.task import Task, TaskContext
 
+# The tool interface lives in the library; domains raise its errors, imported here by every domain module.
+__all__ = ["BrokenCallError", "Domain", "Grammar", "ToolError", "tool"]
+
 Grammar = Callable[[TaskContext], Task]
-
-
-class ToolError(Exception):
-    """Raised by a backend for a call it cannot serve (unknown id, no seats left); becomes an error result."""
-
-
-class BrokenCallError(ToolError):
-    """A call a backend cannot run at all (unknown tool, wrong arguments), unlike a refusal the service states.
-
-    Both become error results in a session; replaying ground truth tolerates refusals (they are outcomes, and
-    imported benchmarks contain them) but not broken calls.
-    """
 
 
 @dataclass

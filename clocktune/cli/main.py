@@ -1,4 +1,7 @@
-"""``clocktune``: the library's command line.
+"""``clocktune``: the library's command line, its argument parsers and one short ``cmd_*`` function per command.
+
+What the commands do lives in the library below (``clocktune.tokenizers``, ``clocktune.inspection``,
+``clocktune.rendered_dataset``, ``clocktune.hub``, ``clocktune.runtime``); here it is only wired to arguments.
 
 Examples:
     clocktune schema --out timeline.schema.json
@@ -17,15 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-DEFAULT_CODEC = "abs_bins"
+from clocktune.tokenizers import DEFAULT_CODEC, load_tokenizer, prepare_tokenizer
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -47,113 +46,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_tokenizer(name: str) -> Any:
-    """Loads a tokenizer by path or Hub id; ``embedded`` is the embedded SmolLM2 (converted on first use).
-
-    Args:
-        name: A folder, a Hub id, or ``"embedded"``.
-
-    Returns:
-        The ``AutoTokenizer``.
-
-    Raises:
-        FileNotFoundError: When a path (starting with ``/``, ``.`` or ``~``) does not exist.
-        OSError: When transformers cannot load it.
-    """
-    from transformers import AutoTokenizer
-
-    from clocktune.models import EMBEDDED, resolve_model_path
-
-    if name == EMBEDDED:
-        name = resolve_model_path(name)
-    elif name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
-        # Otherwise transformers reports it as a malformed Hub id.
-        raise FileNotFoundError(f"{name}: no such tokenizer folder")
-    return AutoTokenizer.from_pretrained(Path(name).expanduser() if name.startswith("~") else name)
-
-
-def prepare_tokenizer(tokenizer: Any, model_format: str | None, time_codec: str | None) -> Any:
-    """Extends a tokenizer for clocktune, or checks the encoding it already carries.
-
-    Args:
-        tokenizer: A tokenizer, extended or not; extended in place when it carries no clocktune encoding.
-        model_format: The wanted model format (needed to extend); ``None`` accepts what the tokenizer carries.
-        time_codec: The wanted codec name; ``None`` means the tokenizer's own, or ``abs_bins`` when extending.
-
-    Returns:
-        The tokenizer's ``clocktune.encoding.Encoding``.
-
-    Raises:
-        ValueError: When the carried encoding differs from the one asked for, or there is none and no
-            ``model_format`` to extend with.
-    """
-    from clocktune.encoding import extend_tokenizer, get_format, load_encoding
-
-    template = tokenizer.chat_template
-    # A clocktune template that load_encoding rejects (e.g. a newer version) must fail, not be overwritten.
-    if isinstance(template, str) and "clocktune-encoding" in template:
-        encoding = load_encoding(tokenizer)
-        carried = f"model format {encoding.model_format.name!r} and time codec {encoding.codec.name!r}"
-        if model_format is not None and get_format(model_format).name != encoding.model_format.name:
-            raise ValueError(f"tokenizer is already extended for {carried}, not model format {model_format!r}")
-        if time_codec is not None and time_codec != encoding.codec.name:
-            raise ValueError(f"tokenizer is already extended for {carried}, not time codec {time_codec!r}")
-        return encoding
-    if model_format is None:
-        raise ValueError("the tokenizer carries no clocktune encoding: pass --model-format to extend it")
-    extend_tokenizer(tokenizer, time_codec or DEFAULT_CODEC, model_format)
-    return load_encoding(tokenizer)
-
-
-def save_atomically(save: Callable[[Path], object], target: Path) -> None:
-    """Writes a folder through a temporary sibling and renames it into place, replacing any previous one.
-
-    A reader never sees a half-written folder: it sees the old one, then (after a brief absence) the new one.
-
-    Args:
-        save: Writes the content into the folder it is given (which exists and is empty).
-        target: The folder to create or replace.
-    """
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
-    try:
-        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; the result should not be
-        save(staging)
-        if target.exists():
-            # Renaming onto an empty folder replaces it; the old content is deleted once the new one is in place.
-            old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
-            os.replace(target, old)
-            os.replace(staging, target)
-            shutil.rmtree(old)
-        else:
-            os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Writes a text file through a temporary sibling and a rename, with the usual (umask) permissions.
-
-    Args:
-        path: The file to create or replace.
-        text: Its content.
-    """
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        staging.write_text(text)
-        os.replace(staging, path)
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
-
-
 def _print_summary(summary: dict[str, Any]) -> None:
+    """Prints ``clocktune render``'s summary as a table."""
     from rich.console import Console
     from rich.table import Table
 
@@ -182,6 +76,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     """
     from tqdm import tqdm
 
+    from clocktune.atomic import atomic_write_folder, atomic_write_text
     from clocktune.rendered_dataset import load_timeline_files, render_timelines, summarize
 
     timelines = load_timeline_files(args.input)
@@ -197,8 +92,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     # The tokenizer first: a dataset is only usable with the tokenizer that rendered it.
-    save_atomically(tokenizer.save_pretrained, out / "tokenizer")
-    save_atomically(dataset.save_to_disk, out / "dataset")
+    atomic_write_folder(out / "tokenizer", tokenizer.save_pretrained)
+    atomic_write_folder(out / "dataset", dataset.save_to_disk)
     summary = {
         **summarize(dataset, args.max_length),
         "encoding": encoding.to_dict(),
@@ -206,100 +101,15 @@ def cmd_render(args: argparse.Namespace) -> int:
         "inputs": [str(path) for path in args.input],
         "tokenizer": args.tokenizer,
     }
-    write_text_atomically(out / "render_summary.json", json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(out / "render_summary.json", json.dumps(summary, indent=2) + "\n")
     if not args.quiet:
         _print_summary(summary)
         print(f"wrote {out / 'dataset'}, {out / 'tokenizer'} and {out / 'render_summary.json'}")
     return 0
 
 
-def _token_texts(tokenizer: Any, ids: list[int]) -> list[str]:
-    # Decoded one by one, without clean-up, so the texts concatenate to the rendered text (except where a token
-    # holds part of a multi-byte character).
-    return [tokenizer.decode([i], skip_special_tokens=False, clean_up_tokenization_spaces=False) for i in ids]
-
-
-def _escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
-
-
-def _marked_tokens(texts: list[str], loss: list[bool], clock: list[bool]) -> str:
-    """Tokens joined by ``|``; runs of loss-bearing tokens in ``[...]``, of clock tokens in ``{...}``, of
-    loss-bearing clock tokens (``--agent-clock-loss``) in ``[{...}]``."""
-    runs: list[tuple[tuple[bool, bool], list[str]]] = []
-    for text, kind in zip(texts, zip(loss, clock, strict=True), strict=True):
-        if runs and runs[-1][0] == kind:
-            runs[-1][1].append(_escape(text))
-        else:
-            runs.append((kind, [_escape(text)]))
-    brackets = {
-        (False, False): ("", ""),
-        (True, False): ("[", "]"),
-        (False, True): ("{", "}"),
-        (True, True): ("[{", "}]"),
-    }
-    return " ".join(f"{brackets[kind][0]}{'|'.join(tokens)}{brackets[kind][1]}" for kind, tokens in runs)
-
-
-def format_inspection(timeline: Any, rendering: Any, tokenizer: Any, encoding: Any, show_system: bool) -> str:
-    """Lays out a rendering token by token, one block per event, readable without colour.
-
-    Args:
-        timeline: The rendered timeline.
-        rendering: ``clocktune.render.render(timeline, tokenizer, ...)``.
-        tokenizer: The tokenizer that rendered it.
-        encoding: Its ``clocktune.encoding.Encoding``.
-        show_system: Whether to print the system prefix's tokens, not only their count.
-
-    Returns:
-        The text: a legend, the events with loss-bearing ``[...]``, clock ``{...}`` and hidden tokens marked, and
-        totals.
-    """
-    fmt, codec = encoding.model_format, encoding.codec
-    spans: dict[int, list[int]] = {}
-    for position, index in enumerate(rendering.event_index):
-        spans.setdefault(index, [position, position])[1] = position + 1
-    hidden = sum(until != float("inf") for until in rendering.visible_until)
-    loss = [label != -100 for label in rendering.labels]
-    lines = [
-        f"timeline {timeline.id}  {timeline.domain}/{timeline.task}  {fmt.name}, {codec.name}: "
-        f"{len(rendering):,} tokens, {sum(loss):,} loss-bearing, {hidden:,} hidden at some point",
-        "legend: tokens separated by |, [loss-bearing], {clock}, [{loss-bearing clock}], plain = context; "
-        "HIDDEN events are invisible to every token from their visible_until time on",
-    ]
-    start, end = spans[-1]
-    lines.append(
-        f"system prefix (sink, t=0): {end - start} tokens" + ("" if show_system else ", --system prints them")
-    )
-    if show_system:
-        texts = _token_texts(tokenizer, rendering.input_ids[start:end])
-        lines.append("    " + _marked_tokens(texts, loss[start:end], [False] * (end - start)))
-
-    prev_t = 0.0
-    for index, event in enumerate(timeline.events):
-        start, end = spans[index]
-        # Every message is header + clock (+ state line for agent actions) + body + end + tail: the clock's tokens are
-        # those overlapping the characters after the header.
-        role, _ = fmt.message(event)
-        clock_start = len(fmt.header(role))
-        clock_end = clock_start + len(codec.encode(event.t, prev_t))
-        prev_t = event.t
-        texts = _token_texts(tokenizer, rendering.input_ids[start:end])
-        clock, offset = [], 0
-        for text in texts:
-            clock.append(offset < clock_end and offset + len(text) > clock_start)
-            offset += len(text)
-        until = min(rendering.visible_until[start:end])
-        header = f"#{index:<4} {f't={event.t:.3f}s':<12} {event.kind:<11} {event.source:<6}"
-        if until != float("inf"):
-            header += f"  HIDDEN from t={until:.3f}s (visible_until)"
-        lines.append(header.rstrip())
-        lines.append("    " + _marked_tokens(texts, loss[start:end], clock))
-    return "\n".join(lines)
-
-
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """``clocktune inspect``: prints one rendered timeline token by token (:func:`format_inspection`).
+    """``clocktune inspect``: prints one rendered timeline token by token (``clocktune.inspection``).
 
     Args:
         args: The parsed command line.
@@ -307,6 +117,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     Returns:
         The exit status, 0; errors are raised for :func:`main` to report.
     """
+    from clocktune.inspection import format_inspection
     from clocktune.render import render
     from clocktune.timeline.io import TimelineFormatError, iter_timeline_file
 
@@ -341,18 +152,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_json(path: str | None) -> dict:
-    if path is None:
-        return {}
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-def _codec_settings(codec: dict) -> dict:
-    """``{"name": "abs_bins", "resolution": 0.1}`` as card rows: ``time_codec``, ``time_codec.resolution``."""
-    return {("time_codec" if key == "name" else f"time_codec.{key}"): value for key, value in codec.items()}
-
-
 def cmd_push(args: argparse.Namespace) -> int:
     """``clocktune push``: uploads a checkpoint (model or LoRA adapter), its tokenizer and a model card.
 
@@ -362,19 +161,9 @@ def cmd_push(args: argparse.Namespace) -> int:
     Returns:
         The exit status, 0.
     """
-    from transformers import AutoTokenizer
+    from clocktune.hub import card_info_for, push_checkpoint
 
-    from clocktune.encoding import load_encoding
-    from clocktune.hub import push_checkpoint
-
-    encoding = load_encoding(AutoTokenizer.from_pretrained(args.checkpoint))
-    evaluation = {key: value for key, value in _read_json(args.eval_summary).items() if isinstance(value, int | float)}
-    card_info = {
-        "clock": {"model_format": encoding.model_format.name, **_codec_settings(encoding.codec.to_dict())},
-        "dataset": args.dataset,
-        "dataset_stats": _read_json(args.dataset_stats),
-        "eval": evaluation,
-    }
+    card_info = card_info_for(args.checkpoint, args.dataset, args.dataset_stats, args.eval_summary)
     url = push_checkpoint(
         args.checkpoint, args.repo_id, private=args.private, merge_lora=args.merge_lora, card_info=card_info
     )
@@ -398,7 +187,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from clocktune.clock import PROFILES
     from clocktune.models import resolve_model_path
     from clocktune.runtime.device_profiles import measure_device_profile, save_device_profile
-    from clocktune.runtime.policies import load_policy_model
+    from clocktune.runtime.policy_factories import load_policy_model
 
     model, _ = load_policy_model(resolve_model_path(args.model))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -446,23 +235,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
         The exit status, 0.
     """
     from clocktune.rendered_dataset import load_timeline_files
+    from clocktune.runtime.clocks import clock_named
     from clocktune.runtime.device_profiles import load_device_profile
     from clocktune.runtime.evaluate import compare_policies
     from clocktune.runtime.journal import checkpoint_stamp
-    from clocktune.runtime.policies import is_checkpoint, load_policy_model, policy_factory
+    from clocktune.runtime.policy_factories import bound_specs, is_checkpoint, load_policy_model, policy_spec
     from clocktune.runtime.session import SessionConfig
+    from data_gen.backends import make_backend
 
     timelines = load_timeline_files(args.data)[: args.limit]
-    config = SessionConfig(device=load_device_profile(args.profile), clock=args.clock, failure_rate=args.failure_rate)
+    clock = clock_named(args.clock)
+    config = SessionConfig(device=load_device_profile(args.profile), clock=clock, failure_rate=args.failure_rate)
     baseline_model = args.baseline_model or args.model
     loaded = {path: load_policy_model(path) for path in {args.model, baseline_model} if is_checkpoint(path)}
     compare_policies(
         timelines,
-        (args.policy, policy_factory(args.policy, args.model, loaded.get(args.model))),
-        (args.baseline, policy_factory(args.baseline, baseline_model, loaded.get(baseline_model))),
+        policy_spec(args.policy, args.model, loaded.get(args.model)),
+        policy_spec(args.baseline, baseline_model, loaded.get(baseline_model)),
+        make_backend,
         config,
         args.out,
+        bound=bound_specs(),
         concurrency=args.concurrency or _default_concurrency(args.clock, bool(loaded)),
+        session_logs=args.session_logs,
         extra={
             "profile": args.profile,
             "clock": args.clock,
@@ -473,7 +268,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "baseline_model_stamp": checkpoint_stamp(baseline_model),
         },
     )
-    print(f"wrote {args.out}/summary.json, results.jsonl, sessions_<policy>.jsonl and the plots")
+    sessions = ", sessions_<policy>.jsonl" if args.session_logs else ""
+    print(f"wrote {args.out}/summary.json, results.jsonl{sessions} and the plots")
     return 0
 
 
@@ -560,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument(
         "--out", required=True, help="output folder; an interrupted run resumes from OUT/journal when run again"
+    )
+    evaluate.add_argument(
+        "--session-logs",
+        action="store_true",
+        help="also write each session's log as a timeline (OUT/sessions_<policy>.jsonl; several times the data's size)",
     )
     evaluate.set_defaults(func=cmd_eval)
 

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from clocktune.runtime.evaluate import PolicyFactory
+from clocktune.runtime.policy import PolicyFactory, PolicySpec
 from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
 from clocktune.timeline.events import Timeline
 
@@ -95,3 +95,30 @@ def policy_factory(strategy: str, model: str = "scripted", loaded: tuple[Any, An
         return ModelPolicy(network, tokenizer, timeline, name=strategy, system_caches=system_caches)
 
     return from_model
+
+
+def policy_spec(strategy: str, model: str = "scripted", loaded: tuple[Any, Any] | None = None) -> PolicySpec:
+    """A policy as ``clocktune eval`` names it: :func:`policy_factory` with the name and key an evaluation needs.
+
+    Args:
+        strategy: See :func:`policy_factory`; also the name the results carry.
+        model: See :func:`policy_factory`.
+        loaded: See :func:`policy_factory`.
+
+    Returns:
+        The spec; its key is ``scripted:STRATEGY`` for a recorded plan, else ``MODEL:STRATEGY``.
+
+    Raises:
+        ValueError: For an unknown scripted strategy.
+    """
+    key = f"scripted:{strategy}" if model in SCRIPTED_MODELS else f"{model}:{strategy}"
+    return PolicySpec(strategy, policy_factory(strategy, model, loaded), key)
+
+
+def bound_specs() -> tuple[PolicySpec, PolicySpec]:
+    """The scripted oracle and the scripted turn-based loop, whose medians bound what the dialogues allow.
+
+    Returns:
+        ``(oracle, sync)``.
+    """
+    return policy_spec("oracle"), policy_spec("sync")

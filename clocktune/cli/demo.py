@@ -1,6 +1,6 @@
 """The main job on the embedded default, end to end on a CPU in minutes.
 
-    python -m clocktune.demo --out runs/demo        # what `make demo` runs
+    python -m clocktune.cli.demo --out runs/demo        # what `make demo` runs
 
 1. generates streaming dialogues of one domain, smart home (training and held-out, different seeds), with the
    speculative teacher, set by configs/datagen/demo.yaml to act only on what the words support (no coin flips a
@@ -24,9 +24,10 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from clocktune.timeline.io import atomic_write_lines
+from clocktune.atomic import atomic_write_lines
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# clocktune/cli/demo.py: the repository root is three levels up.
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 RECIPE = CONFIGS / "smollm2-135m" / "sft_lora_cpu.yaml"
 DATAGEN = CONFIGS / "datagen" / "demo.yaml"
 
@@ -63,8 +64,10 @@ def _runtime_eval(model, tokenizer, timelines: list, out: Path) -> dict:
     """Runs the trained model as a live policy against the scripted sync baseline and the oracle."""
     from clocktune.clock import PROFILES
     from clocktune.runtime.evaluate import compare_policies
-    from clocktune.runtime.policies import policy_factory
+    from clocktune.runtime.policy import PolicySpec
+    from clocktune.runtime.policy_factories import bound_specs, policy_factory, policy_spec
     from clocktune.runtime.session import SessionConfig
+    from data_gen.backends import make_backend
 
     # Merged LoRA weights decode faster, and the demo is done training.
     network = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
@@ -75,11 +78,14 @@ def _runtime_eval(model, tokenizer, timelines: list, out: Path) -> dict:
     print(f"runtime on {len(timelines)} held-out dialogues (virtual clock, phone-135m profile):")
     summary = compare_policies(
         timelines,
-        ("smollm2", policy_factory("smollm2", loaded=(network, tokenizer))),
-        ("sync", policy_factory("sync")),
+        PolicySpec("smollm2", policy_factory("smollm2", loaded=(network, tokenizer)), "model:demo:smollm2"),
+        policy_spec("sync"),
+        make_backend,
         SessionConfig(device=PROFILES["phone-135m"]),
         out,
+        bound=bound_specs(),
         extra={"profile": "phone-135m"},
+        session_logs=True,
     )
     summary["runtime_seconds"] = round(time.monotonic() - started, 1)
     return summary
@@ -87,7 +93,7 @@ def _runtime_eval(model, tokenizer, timelines: list, out: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     """Runs the demo and returns its summary (also written to ``OUT/summary.json``)."""
-    parser = argparse.ArgumentParser(prog="python -m clocktune.demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m clocktune.cli.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="runs/demo")
     parser.add_argument("--recipe", default=str(RECIPE), help="training YAML")
     parser.add_argument("--datagen-config", default=str(DATAGEN), help="generator YAML of the dialogues")
@@ -102,11 +108,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     from clocktune.rendered_dataset import load_timeline_files
+    from clocktune.timeline.show import draw_gantt, format_timeline
     from clocktune.train.next_action import evaluate_next_action
     from clocktune.train.sft import load_model_and_tokenizer, make_parser
     from clocktune.train.sft import main as train
     from data_gen.config import load_config
-    from data_gen.show import draw_gantt, format_timeline
     from data_gen.writer import GenerationJob, run_generation
 
     out = Path(args.out)

@@ -1,0 +1,145 @@
+"""A local model as a runtime policy: its context renders to the ids fed, shared prefills, notices for bad output."""
+
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from clocktune.clock import DeviceProfile
+from clocktune.runtime.play import run_policy
+from clocktune.runtime.scripted import ScriptedPolicy
+from clocktune.runtime.session import Session, SessionConfig
+from clocktune.runtime.virtual_clock import run_virtual
+from data_gen.backends import make_backend
+from tests.tiny_models import TINY
+from tests.tiny_tokenizer import tiny_tokenizer
+
+# Model policy ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_chatml_model():
+    from clocktune.encoding import extend_tokenizer, get_codec
+
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, **TINY)
+    model = LlamaForCausalLM(config).eval()
+    model.config._attn_implementation = "sdpa"
+    return model, tokenizer
+
+
+class _ReplayThroughModel:
+    """Feeds a ModelPolicy the session's events but acts like the scripted speculative policy, and records the
+    model's logits at each decision point: the model's context goes through every path a real model run does."""
+
+    io_bound = False
+
+    def __init__(self, model_policy, scripted):
+        self.inner, self.scripted, self.name = model_policy, scripted, "probe"
+        self.logits = []
+
+    def close(self):
+        self.inner.close()
+
+    def observe(self, events):
+        self.scripted.observe(events)
+        return self.inner.observe(events)
+
+    def act(self, t):
+        self.inner.act(t)  # runs the cache, the streaming mask and greedy decoding; its choice is ignored
+        self.logits.append((t, len(self.inner.fed_ids), self.inner.last_prompt_logits))
+        return self.scripted.act(t)
+
+
+def test_model_policy_context_renders_to_the_ids_fed_and_matches_a_full_forward(generated, tiny_chatml_model):
+    from clocktune.masks import build_float_mask
+    from clocktune.render import Renderer, render
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    model, tokenizer = tiny_chatml_model
+    # A timeline with a revision or a modify, so that tokens get hidden while the session runs.
+    timeline = next(t for t in generated[0] if any(e.kind == "tool_modify" for e in t.events) and len(t.events) < 40)
+    probe = _ReplayThroughModel(
+        ModelPolicy(model, tokenizer, timeline, max_new_tokens=4), ScriptedPolicy(timeline, "speculative")
+    )
+    log = run_virtual(Session(timeline, probe, SessionConfig(), make_backend(timeline)).run())
+    assert log.end_reason == "done"
+    rendering = render(log.timeline, tokenizer)
+    fed = probe.inner.fed_ids
+    assert rendering.input_ids[: len(fed)] == fed and len(fed) > len(rendering) // 2
+    assert probe.inner.renderer.rendering.input_ids == rendering.input_ids
+    assert any(until != math.inf for until in rendering.visible_until)
+
+    # The cached, incremental logits at a late decision point equal one full forward under the training mask.
+    t, kept, cached = probe.logits[-1]
+    renderer = Renderer(tokenizer, timeline.tools)
+    for event in log.timeline.events:
+        if len(renderer.rendering) >= kept:
+            break
+        renderer.append(event)
+    assert len(renderer.rendering) == kept
+    prompt = renderer.prompt_for_action(t)
+    ids = renderer.rendering.input_ids[:kept] + prompt
+    times = renderer.rendering.time[:kept] + [t] * len(prompt)
+    until = renderer.rendering.visible_until[:kept] + [math.inf] * len(prompt)
+    mask = build_float_mask(
+        torch.tensor([times]), torch.tensor([until]), torch.zeros(1, len(ids), dtype=torch.long), dtype=torch.float32
+    )
+    with torch.no_grad():
+        full = model(input_ids=torch.tensor([ids]), attention_mask=mask, use_cache=False).logits[0, -1]
+    assert torch.allclose(full, cached, atol=1e-4)
+
+
+def test_sessions_of_one_model_share_the_system_prompt_prefill(generated, tiny_chatml_model):
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    model, tokenizer = tiny_chatml_model
+    same_tools = [t for t in generated[0] if t.domain == generated[0][0].domain and len(t.events) < 40][:2]
+    fed = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+
+    def play(timeline, system_caches):
+        fed.clear()
+        policy = ModelPolicy(model, tokenizer, timeline, max_new_tokens=4, system_caches=system_caches)
+        probe = _ReplayThroughModel(policy, ScriptedPolicy(timeline, "speculative"))
+        run_virtual(Session(timeline, probe, SessionConfig(), make_backend(timeline)).run())
+        return [logits for _, _, logits in probe.logits], sum(fed), len(policy.system_ids)
+
+    try:
+        shared = {}
+        play(same_tools[0], shared)  # the first session of the model prefills the system prompt
+        alone, fed_alone, system = play(same_tools[1], None)
+        together, fed_together, _ = play(same_tools[1], shared)
+    finally:
+        hook.remove()
+    # A later session starts from a copy of that prefill and decides exactly as one that computed its own.
+    assert len(shared) == 1 and fed_together == fed_alone - system > 0
+    assert len(alone) == len(together) > 2
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(alone, together, strict=True))
+
+
+def test_untrained_model_output_gets_notices_not_crashes(generated, tiny_chatml_model):
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    model, tokenizer = tiny_chatml_model
+    config = SessionConfig(max_notices=4, device=DeviceProfile("fast", 1e6, 1e4, 0.0))
+    policies = []
+
+    def factory(timeline):
+        policies.append(ModelPolicy(model, tokenizer, timeline, max_new_tokens=8))
+        return policies[-1]
+
+    run = run_policy("tiny", generated[0][:3], factory, make_backend, config)
+    for result in run.results:
+        assert result.end_reason in ("gave_up", "done", "timeout") and result.notices <= 4
+    assert sum(result.notices for result in run.results) > 0  # random weights write invalid actions
+    # A long evaluation must not keep every finished session's KV cache.
+    assert len(policies) == 3 and all(policy.cache is None for policy in policies)
+
+
+# Scoring and CLI -------------------------------------------------------------------------------------------
