@@ -30,7 +30,7 @@ class ClockSFTConfig(SFTConfig):
             How clock tokens state time: `"text"` (digits, no new vocabulary), `"abs_bins"` (absolute time in 100 ms
             bins, new special tokens) or `"log_delta"` (log-spaced bins of the time since the previous event).
         time_codec_kwargs (`dict[str, Any]`, *optional*):
-            Parameters of the codec, e.g. `{"resolution_s": 0.05}` for `"abs_bins"`.
+            Parameters of the codec, e.g. `{"resolution": 0.05}` for `"abs_bins"`.
         model_format (`str`, *optional*):
             Tool-calling convention of the base model: `"qwen2.5"`, `"llama3.2"` or `"chatml"` (SmolLM2). Inferred
             from the model type when not set (`qwen2` → `"qwen2.5"`, `llama` → `"llama3.2"`, unless the tokenizer
