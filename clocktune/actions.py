@@ -8,7 +8,6 @@ action's content followed by the format's end-of-message token, e.g. ``<|cancel|
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from clocktune.encoding.formats import (
     ModelFormat,
     get_format,
 )
+from clocktune.timeline.bounded_json import loads_bounded
 from clocktune.timeline.events import Event
 
 # Call ids as the generator and the runtime write them ("c1"); no whitespace, no markup.
@@ -109,7 +109,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def strict_json_loads(text: str) -> Any:
-    """Parses JSON strictly, as model output must be: no ``NaN``/``Infinity`` and no duplicate keys.
+    """Parses JSON strictly, as model output must be: no ``NaN``/``Infinity``, no duplicate keys, bounded nesting.
 
     Args:
         text: JSON text.
@@ -118,16 +118,18 @@ def strict_json_loads(text: str) -> Any:
         The value.
 
     Raises:
-        ValueError: For invalid or non-strict JSON (``json.JSONDecodeError`` is a ``ValueError``).
+        ValueError: For invalid or non-strict JSON (``json.JSONDecodeError`` is a ``ValueError``), and for text
+            nested deeper or longer than ``clocktune.timeline.bounded_json`` allows (a degenerate generation of
+            ``[[[[...`` must be a parse error the runtime can report, not a ``RecursionError``).
     """
-    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    return loads_bounded(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
 
 
 def _json_object(text: str, keys: tuple[str, ...], what: str) -> dict[str, Any]:
     # Strict JSON (no NaN, no duplicate keys) holding exactly ``keys``.
     try:
         value = strict_json_loads(text)
-    except (ValueError, RecursionError) as error:
+    except ValueError as error:
         raise ActionParseError(f"{what}: bad JSON ({error}) in {_excerpt(text)}") from None
     if not isinstance(value, dict) or set(value) != set(keys):
         raise ActionParseError(f"{what}: expected a JSON object with keys {list(keys)}, got {_excerpt(text)}")

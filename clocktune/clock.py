@@ -13,10 +13,20 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import Annotated, Any
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field, GetCoreSchemaHandler
+from pydantic_core import CoreSchema
 
 from clocktune.timeline.events import LatencyModel
+from clocktune.yaml_config import (
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    check_fields,
+    every_field_required,
+)
 
 _STRICT = ConfigDict(extra="forbid")
 
@@ -45,27 +55,32 @@ class SpeechConfig:
 
     __pydantic_config__ = _STRICT
 
-    words_per_s: float = 3.0
-    words_per_s_sd: float = 0.4
-    word_jitter: float = 0.25
-    pause_prob: float = 0.08
-    pause_min_s: float = 0.15
-    pause_max_s: float = 0.6
-    chunk_words_min: int = 1
-    chunk_words_max: int = 3
-    recognizer_lag_s: float = 0.12
-    revision_rate: float = 0.05
-    revision_delay_s: float = 0.25
-    start_min_s: float = 0.2
-    start_max_s: float = 0.8
-    turn_gap_min_s: float = 0.8
-    turn_gap_max_s: float = 2.0
+    words_per_s: PositiveFloat = 3.0
+    words_per_s_sd: NonNegativeFloat = 0.4
+    word_jitter: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.25  # 1 or more: words of no length
+    pause_prob: Probability = 0.08
+    pause_min_s: NonNegativeFloat = 0.15
+    pause_max_s: NonNegativeFloat = 0.6
+    chunk_words_min: PositiveInt = 1
+    chunk_words_max: PositiveInt = 3
+    recognizer_lag_s: NonNegativeFloat = 0.12
+    revision_rate: Probability = 0.05
+    revision_delay_s: NonNegativeFloat = 0.25
+    start_min_s: NonNegativeFloat = 0.2
+    start_max_s: NonNegativeFloat = 0.8
+    turn_gap_min_s: NonNegativeFloat = 0.8
+    turn_gap_max_s: NonNegativeFloat = 2.0
 
     def __post_init__(self) -> None:
-        if self.words_per_s <= 0:
-            raise ValueError(f"speech.words_per_s must be positive, got {self.words_per_s}")
-        if not 1 <= self.chunk_words_min <= self.chunk_words_max:
-            raise ValueError("speech needs 1 <= chunk_words_min <= chunk_words_max")
+        check_fields(self)
+        for low, high in (
+            ("pause_min_s", "pause_max_s"),
+            ("chunk_words_min", "chunk_words_max"),
+            ("start_min_s", "start_max_s"),
+            ("turn_gap_min_s", "turn_gap_max_s"),
+        ):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"{low} ({getattr(self, low)}) must not exceed {high} ({getattr(self, high)})")
 
 
 @dataclass(slots=True)
@@ -145,11 +160,14 @@ class ToolLatencyConfig:
 
     __pydantic_config__ = _STRICT
 
-    median_scale: float = 1.0
-    sigma: float = 0.45
-    tail_prob: float = 0.05
-    tail_scale: float = 4.0
-    failure_rate: float = 0.0
+    median_scale: PositiveFloat = 1.0
+    sigma: NonNegativeFloat = 0.45
+    tail_prob: Probability = 0.05
+    tail_scale: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 4.0  # a slowdown: at least 1
+    failure_rate: Probability = 0.0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def apply(self, median_s: float) -> LatencyModel:
         """Returns the latency model of a tool whose catalogue median is ``median_s``."""
@@ -185,6 +203,10 @@ FIRST_WORDS_TOKENS = 3
 class DeviceProfile:
     """How fast the agent's model reads and writes on a device.
 
+    Read from a file (``clocktune eval --profile FILE``, a generator config's ``device``), every field is required:
+    a profile is a set of measurements, and one a file misses must not silently take another device's figure. Built
+    in Python, the fields default to the ``h200-3b`` profile's.
+
     Args:
         name: Profile name.
         prefill_tokens_per_s: Tokens per second when reading new events into the context.
@@ -195,9 +217,16 @@ class DeviceProfile:
     __pydantic_config__ = _STRICT
 
     name: str = "h200-3b"
-    prefill_tokens_per_s: float = 20000.0
-    decode_tokens_per_s: float = 150.0
-    action_overhead_s: float = 0.01
+    prefill_tokens_per_s: PositiveFloat = 20000.0
+    decode_tokens_per_s: PositiveFloat = 150.0
+    action_overhead_s: NonNegativeFloat = 0.01
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return every_field_required(handler(source), handler)
 
     def prefill_s(self, tokens: int) -> float:
         """Seconds to read ``tokens`` new context tokens."""

@@ -6,10 +6,17 @@ the endpoint and token come from the usual ``HF_ENDPOINT`` / ``HF_TOKEN`` enviro
 the checkpoint or dataset folder itself is never written to, and the card replaces any README already there (PEFT
 and the Trainer write their own) in the same single commit.
 
-What a checkpoint push leaves out: the state that only resumes training (``optimizer.pt``, ``scheduler.pt``,
-``scaler.pt``, ``rng_state*.pth``; together about twice the model's size) and ``training_args.bin`` (a pickle, which
-the Hub flags and which needs clocktune's classes to unpickle). ``trainer_state.json`` is kept: it is small and holds
-the loss curve.
+What a checkpoint push uploads is an allow-list (``CHECKPOINT_FILES``, matched against the names of the files at
+the top of the folder): the weights (``*.safetensors`` with their index; ``pytorch_model*.bin`` only when there is
+no safetensors file), ``config.json``, ``generation_config.json``, the PEFT adapter, the tokenizer files and the
+generated card. clocktune's own settings travel inside the tokenizer: the encoding (time codec and model format)
+is a header of the chat template (``clocktune.encoding.load_encoding``), and training writes no other file next
+to the checkpoint. Everything else stays local and is named on one line on stderr: dotfiles (``.env``), logs,
+folders (``wandb/``, ``runs/``, ``checkpoint-*/``) and the state that only resumes training (``optimizer.pt``,
+``scheduler.pt``, ``rng_state*.pth``, ``trainer_state.json``, ``training_args.bin``, a pickle).
+
+A push the Hub refuses (401, 403, 404, ...) or cannot be reached for raises :class:`HubPushError`, an ``OSError``
+with a one-line message naming the repo and what to do, which the command lines print as ``error: ...``.
 """
 
 from __future__ import annotations
@@ -18,22 +25,43 @@ import fnmatch
 import json
 import logging
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx2
-from huggingface_hub import DatasetCard, DatasetCardData, HfApi, ModelCard, ModelCardData
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub import DatasetCard, DatasetCardData, HfApi, ModelCard, ModelCardData, constants
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
 logger = logging.getLogger(__name__)
 
 TAGS = ["clocktune", "real-time-agent", "tool-calling"]
-# Matched against file names: trainer state that only resumes training (see the module docstring), and the README
-# that the generated card replaces.
-SKIPPED_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "training_args.bin", "README.md")
+# The files a checkpoint push uploads (fnmatch patterns on paths in the folder; see the module docstring). Anything
+# else stays local: an allow-list, because a skip list misses whatever a run happens to leave in the folder.
+WEIGHT_FILES = ("*.safetensors", "model.safetensors.index.json")
+# Pickled weights, uploaded only from a folder without safetensors (older or PEFT-bin checkpoints).
+PICKLED_WEIGHT_FILES = ("pytorch_model*.bin", "pytorch_model.bin.index.json", "adapter_model.bin")
+CONFIG_FILES = ("config.json", "generation_config.json", "adapter_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    # transformers saves the named templates of a tokenizer with several here.
+    "additional_chat_templates/*.jinja",
+)
+CHECKPOINT_FILES = WEIGHT_FILES + CONFIG_FILES + TOKENIZER_FILES
+# Replaced by the generated card, so neither uploaded nor reported as skipped.
+CARD_FILE = "README.md"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 # Statuses worth retrying: timeout, rate limit, server errors. Other 4xx (auth, validation) fail the same way again.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -55,7 +83,9 @@ def push_checkpoint(
 ) -> str:
     """Uploads a Trainer checkpoint (full model or PEFT LoRA adapter, with its tokenizer) as a model repo.
 
-    Tokenizer files are uploaded as they are: they carry the clock tokens and the timeline chat template.
+    Only the allow-listed files go up (``CHECKPOINT_FILES``, see the module docstring); the rest of the folder is
+    named on one line on stderr. Tokenizer files are uploaded as they are: they carry the clock tokens and the
+    timeline chat template.
 
     Args:
         checkpoint_dir: Folder saved by a Trainer: ``config.json`` + safetensors, or ``adapter_config.json`` +
@@ -76,10 +106,15 @@ def push_checkpoint(
     Raises:
         ValueError: When the folder is neither a model nor an adapter checkpoint, or ``merge_lora`` is set for a
             full model or an adapter whose config names no base model.
+        FileNotFoundError: When ``checkpoint_dir`` is not a folder.
+        HubPushError: When the Hub refuses the push (HTTP 401, 403, 404, ...) or cannot be reached after the
+            retries; an ``OSError`` whose message is one line.
     """
     checkpoint_dir = Path(checkpoint_dir)
+    if not checkpoint_dir.is_dir():
+        raise FileNotFoundError(f"{checkpoint_dir}: no such checkpoint folder")
     info = dict(card_info or {})
-    files = _folder_files(checkpoint_dir)
+    files, skipped = _checkpoint_files(checkpoint_dir)
     is_adapter = "adapter_config.json" in files
     if not is_adapter and "config.json" not in files:
         raise ValueError(f"{checkpoint_dir} holds neither config.json nor adapter_config.json")
@@ -104,12 +139,18 @@ def push_checkpoint(
             merged_dir = Path(tmp) / "merged"
             _merge_adapter(checkpoint_dir, adapter_base, merged_dir)
             files = {path: src for path, src in files.items() if path not in ADAPTER_FILES}
-            files.update(_folder_files(merged_dir))
+            files.update(_checkpoint_files(merged_dir)[0])
         card = _model_card(
             repo_id, is_peft=is_adapter and not merge_lora, base_model=base_model, weights=weights, info=info
         )
         staging = _stage(files, str(card), Path(tmp) / "repo")
-        return _with_retries(lambda: _upload(staging, repo_id, "model", private, revision), max_retries)
+        if skipped:
+            print(
+                f"not uploading {len(skipped)} item(s) of {checkpoint_dir} that are not model, tokenizer or card "
+                f"files: {', '.join(skipped)}",
+                file=sys.stderr,
+            )
+        return _push(staging, repo_id, "model", private, revision, max_retries)
 
 
 def push_dataset(data_dir: str | Path, repo_id: str, *, private: bool = False, max_retries: int = 3) -> str:
@@ -131,6 +172,7 @@ def push_dataset(data_dir: str | Path, repo_id: str, *, private: bool = False, m
     Raises:
         ValueError: When shards are missing, or both JSON Lines and Parquet shards are present.
         FileNotFoundError: When ``stats.json`` or ``generation.json`` is missing.
+        HubPushError: When the Hub refuses the push or cannot be reached, as in ``push_checkpoint``.
     """
     data_dir = Path(data_dir)
     shards = sorted((data_dir / "data").glob("train-*-of-*.*"))
@@ -149,7 +191,7 @@ def push_dataset(data_dir: str | Path, repo_id: str, *, private: bool = False, m
     card = _dataset_card(repo_id, f"data/*{formats.pop()}", stats, manifest)
     with tempfile.TemporaryDirectory(prefix="clocktune-push-") as tmp:
         staging = _stage(files, str(card), Path(tmp) / "repo")
-        return _with_retries(lambda: _upload(staging, repo_id, "dataset", private, None), max_retries)
+        return _push(staging, repo_id, "dataset", private, None, max_retries)
 
 
 def card_info_for(
@@ -203,13 +245,51 @@ def _codec_settings(codec: dict) -> dict:
     return {("time_codec" if key == "name" else f"time_codec.{key}"): value for key, value in codec.items()}
 
 
-def _folder_files(folder: Path) -> dict[str, Path]:
-    """Files under ``folder`` by repo path, without the skipped trainer files and README."""
-    return {
-        path.relative_to(folder).as_posix(): path
-        for path in sorted(folder.rglob("*"))
-        if path.is_file() and not any(fnmatch.fnmatch(path.name, pattern) for pattern in SKIPPED_FILES)
-    }
+def _printable(name: str) -> str:
+    """``name`` as it can stand in one line of output: quoted when it holds control or other odd characters."""
+    return name if name.isprintable() else ascii(name)
+
+
+def _checkpoint_files(folder: Path) -> tuple[dict[str, Path], list[str]]:
+    """The allow-listed files of a checkpoint folder, and what is left out.
+
+    Args:
+        folder: The checkpoint folder.
+
+    Returns:
+        ``(files, skipped)``: the files to upload by repo path; the paths left out (folders as ``name/``, not
+        descended into, except ``additional_chat_templates/``), sorted. The README is in neither: the card
+        replaces it.
+    """
+    candidates: list[str] = []
+    skipped: list[str] = []
+    for path in sorted(folder.iterdir()):
+        if path.is_dir() and path.name == "additional_chat_templates":
+            inner = sorted(path.iterdir())
+            candidates += [f"{path.name}/{item.name}" for item in inner if item.is_file()]
+            skipped += [f"{path.name}/{item.name}/" for item in inner if not item.is_file()]
+        elif path.is_file():
+            candidates.append(path.name)
+        else:
+            skipped.append(f"{path.name}/")
+
+    def allowed(name: str, patterns: tuple[str, ...]) -> bool:
+        # Never a dotfile, even one that a pattern such as *.safetensors would match.
+        return not any(part.startswith(".") for part in name.split("/")) and any(
+            fnmatch.fnmatchcase(name, pattern) for pattern in patterns
+        )
+
+    has_safetensors = any(allowed(name, ("*.safetensors",)) for name in candidates)
+    patterns = CHECKPOINT_FILES if has_safetensors else CHECKPOINT_FILES + PICKLED_WEIGHT_FILES
+    files: dict[str, Path] = {}
+    for name in candidates:
+        if name == CARD_FILE:
+            continue
+        if allowed(name, patterns):
+            files[name] = folder / name
+        else:
+            skipped.append(name)
+    return files, sorted(_printable(name) for name in skipped)
 
 
 def _merge_adapter(adapter_dir: Path, base_model: str, out_dir: Path) -> None:
@@ -255,6 +335,19 @@ def _upload(folder: Path, repo_id: str, repo_type: str, private: bool, revision:
     return commit.commit_url
 
 
+class HubPushError(OSError):
+    """A push the Hub refused or could not be reached for; the message is one line naming the repo and the fix.
+
+    Args:
+        message: The one-line message.
+        status: The HTTP status the Hub answered; ``None`` for a connection failure.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def _is_transient(error: Exception) -> bool:
     """Whether retrying could help: a network failure, or an HTTP status in ``TRANSIENT_STATUSES``."""
     if isinstance(error, HfHubHTTPError):
@@ -280,6 +373,54 @@ def _with_retries(action: Callable[[], _T], max_retries: int) -> _T:
             attempt += 1
             logger.warning("push failed (%s); retry %d/%d in %.1f s", error, attempt, max_retries, delay)
             time.sleep(delay)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    """``text`` on one line, at most ``limit`` characters: server messages may be long or multi-line."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _endpoint() -> str:
+    """The Hub endpoint pushes go to, without any user:password part."""
+    parts = urlsplit(constants.ENDPOINT)
+    return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}" if parts.hostname else "?"
+
+
+def _push_error(error: Exception, repo_id: str, repo_type: str, revision: str | None) -> HubPushError:
+    """The one-line :class:`HubPushError` for a failed push: what went wrong and what to do about it."""
+    where = f"push to {repo_type} repo {repo_id}" + (f" (branch {revision})" if revision else "")
+    endpoint = _endpoint()
+    if not isinstance(error, HfHubHTTPError):
+        if isinstance(error, OfflineModeIsEnabled):
+            fix = "huggingface_hub is in offline mode: unset HF_HUB_OFFLINE"
+        else:
+            fix = f"check the network connection and HF_ENDPOINT ({type(error).__name__}: {_one_line(error)})"
+        return HubPushError(f"{where} failed: cannot reach the Hub at {endpoint}: {fix}")
+    status = error.response.status_code if error.response is not None else None
+    if status == 401:
+        fix = "the Hub did not accept the token: run `hf auth login` (`huggingface-cli login`) or set HF_TOKEN"
+    elif status == 403:
+        fix = (
+            "the token may not write there: use a token with write access (HF_TOKEN or `hf auth login`) of an "
+            "account that owns the namespace or may write to it"
+        )
+    elif status == 404:
+        fix = "not found: check the repo id and its namespace, the branch, and HF_ENDPOINT"
+    elif status in TRANSIENT_STATUSES:
+        fix = "the Hub kept failing after the retries: try again later"
+    else:
+        detail = getattr(error, "server_message", None) or str(error)
+        fix = _one_line(detail)
+    return HubPushError(f"{where} on {endpoint} failed (HTTP {status}): {fix}", status=status)
+
+
+def _push(folder: Path, repo_id: str, repo_type: str, private: bool, revision: str | None, max_retries: int) -> str:
+    """``_upload`` with retries; a failure that remains becomes a :class:`HubPushError`."""
+    try:
+        return _with_retries(lambda: _upload(folder, repo_id, repo_type, private, revision), max_retries)
+    except (HfHubHTTPError, httpx2.HTTPError, OfflineModeIsEnabled) as error:
+        raise _push_error(error, repo_id, repo_type, revision) from error
 
 
 def _repo_id_or_none(name: str | None) -> str | None:

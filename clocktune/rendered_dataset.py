@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clocktune.timeline.events import Timeline
-from clocktune.timeline.io import Issue, TimelineFormatError, read_timelines
+from clocktune.timeline.io import Issue, TimelineFormatError, iter_timeline_file
+from clocktune.timeline.validate import validate_timeline
 
 if TYPE_CHECKING:
     import datasets
@@ -151,7 +152,11 @@ def timeline_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
 
 
 def load_timeline_files(paths: Iterable[str | os.PathLike]) -> list[Timeline]:
-    """Reads every timeline of some timeline files, checking all of them before failing.
+    """Reads every timeline of some timeline files, parsing and validating all of them before failing.
+
+    Each timeline is checked with :func:`clocktune.timeline.validate.validate_timeline`, the rules of
+    ``clocktune-datagen validate``: what is rendered, trained on or evaluated cannot hold a NaN time, a result for
+    no call or a modify of an unknown one, which would otherwise skew scores or fail deep inside a run.
 
     Args:
         paths: ``.jsonl``/``.parquet`` files or folders of them.
@@ -161,7 +166,8 @@ def load_timeline_files(paths: Iterable[str | os.PathLike]) -> list[Timeline]:
 
     Raises:
         FileNotFoundError: When a path does not exist.
-        TimelineFormatError: Listing ``file:line:field`` of every bad line of every file.
+        TimelineFormatError: Listing ``file:line:field`` of every bad line of every file, for parse errors and
+            rule violations alike.
         ValueError: When the paths hold no timeline at all.
     """
     paths = list(paths)
@@ -169,10 +175,16 @@ def load_timeline_files(paths: Iterable[str | os.PathLike]) -> list[Timeline]:
     timelines: list[Timeline] = []
     issues: list[Issue] = []
     for path in files:
-        try:
-            timelines.extend(read_timelines(path))
-        except TimelineFormatError as error:
-            issues.extend(error.issues)  # keep going: report every bad line of every file at once
+        # Keep going after a bad line: report every bad line of every file at once.
+        for line_no, item in iter_timeline_file(path):
+            if isinstance(item, list):
+                issues.extend(item)
+                continue
+            problems = validate_timeline(item, str(path), line_no)
+            if problems:
+                issues.extend(problems)
+            else:
+                timelines.append(item)
     if issues:
         raise TimelineFormatError(issues)
     if not timelines:

@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from clocktune.cli.arguments import non_negative_int, output_file, output_folder, positive_int, run_command
+
 
 def _print_stats(stats: dict) -> None:
     from rich.console import Console
@@ -62,7 +64,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from data_gen.backends import check_ground_truth_state
 
     total, bad_lines, issues_found = 0, 0, 0
-    for path in _expand(args.paths):
+    files = []
+    for name in args.paths:
+        expanded = _expand([name])
+        if not expanded:
+            # A folder without timeline files validates nothing: passing it would hide a wrong path.
+            print(f"{name}:0:-: no timelines in {name}")
+            issues_found += 1
+        files += expanded
+    for path in files:
         if not path.exists():
             print(f"{path}:0:-: no such file")
             issues_found += 1
@@ -75,7 +85,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         total += count
         issues_found += len(issues)
-        bad_lines += len({issue.line for issue in issues})
+        bad_lines += len({issue.line for issue in issues if issue.line})  # line 0 is the file, not a timeline
         for issue in issues:
             print(issue)
     if issues_found:
@@ -90,6 +100,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     from clocktune.timeline.show import draw_gantt, format_timeline
 
     items = list(iter_timeline_file(args.file))
+    if not items:
+        print(f"{args.file}:0:-: no timelines in {args.file}", file=sys.stderr)
+        return 1
     if not 0 <= args.index < len(items):
         print(f"{args.file}: index {args.index} out of range (0..{len(items) - 1})", file=sys.stderr)
         return 1
@@ -141,13 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="generate timelines into sharded files with stats.json")
     gen.add_argument("--config", default=None, help="generator YAML (defaults when omitted)")
-    gen.add_argument("--num", type=int, required=True, help="number of dialogues")
+    gen.add_argument("--num", type=positive_int, required=True, help="number of dialogues")
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--out", required=True, help="output folder (shards in OUT/data)")
-    gen.add_argument("--num-proc", type=int, default=1)
+    gen.add_argument("--out", type=output_folder, required=True, help="output folder (shards in OUT/data)")
+    gen.add_argument("--num-proc", type=positive_int, default=1)
     gen.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
     gen.add_argument("--teacher", choices=("speculative", "sync"), default=None, help="overrides the config")
-    gen.add_argument("--shard-size", type=int, default=500)
+    gen.add_argument("--shard-size", type=positive_int, default=500)
     gen.add_argument("--quiet", action="store_true")
     gen.set_defaults(func=cmd_generate)
 
@@ -157,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="print one timeline and optionally draw it")
     show.add_argument("file")
-    show.add_argument("--index", type=int, default=0, help="0-based position in the file")
-    show.add_argument("--png", default=None, help="write a Gantt chart here")
+    show.add_argument("--index", type=non_negative_int, default=0, help="0-based position in the file")
+    show.add_argument("--png", type=output_file, default=None, help="write a Gantt chart here")
     show.set_defaults(func=cmd_show)
 
     bfcl = sub.add_parser("import-bfcl", help="import a BFCL v4 multi-turn category as timelines (needs `make bfcl`)")
@@ -167,8 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         choices=("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"),
     )
-    bfcl.add_argument("--out", required=True, help="output folder (timelines in OUT/data)")
-    bfcl.add_argument("--limit", type=int, default=None, help="import only the first N entries")
+    bfcl.add_argument("--out", type=output_folder, required=True, help="output folder (timelines in OUT/data)")
+    bfcl.add_argument("--limit", type=positive_int, default=None, help="import only the first N entries")
     bfcl.add_argument("--seed", type=int, default=0)
     bfcl.add_argument("--config", default=None, help="generator YAML: speech, latencies, device, teacher")
     bfcl.add_argument("--teacher", choices=("speculative", "sync"), default=None, help="overrides the config")
@@ -185,13 +198,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``clocktune-datagen``."""
+    """Entry point of ``clocktune-datagen``.
+
+    Args:
+        argv: Arguments without the program name; ``None`` reads ``sys.argv``.
+
+    Returns:
+        0 on success, 1 when ``validate`` or ``show`` found problems, 2 on bad input (printed as one line
+        ``error: ...``; argparse prints its own usage error and exits 2 for a bad flag).
+    """
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from clocktune.clock import PROFILES, DeviceProfile, SpeechConfig, ToolLatencyConfig
-from clocktune.yaml_config import load_validated_yaml
+from clocktune.yaml_config import Probability, check_fields, load_validated_yaml
 
 _STRICT = ConfigDict(extra="forbid")
 
@@ -27,13 +27,12 @@ class PlannerConfig:
 
     __pydantic_config__ = _STRICT
 
-    threshold: float = 0.6
-    early_wrong_rate: float = 0.6
-    ack_rate: float = 0.3
+    threshold: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.6
+    early_wrong_rate: Probability = 0.6
+    ack_rate: Probability = 0.3
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.threshold < 1.0:
-            raise ValueError(f"planner.threshold must be in (0, 1), got {self.threshold}")
+        check_fields(self)
 
 
 @dataclass
@@ -57,8 +56,11 @@ class GeneratorConfig:
     device: DeviceProfile = field(default_factory=lambda: PROFILES["h200-3b"])
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     domains: list[str] = field(default_factory=list)
-    no_tool_rate: float = 0.1
+    no_tool_rate: Probability = 0.1
     teacher: Literal["speculative", "sync"] = "speculative"
+
+    def __post_init__(self) -> None:
+        check_fields(self)  # the nested configs checked themselves when they were built
 
 
 _ADAPTER = TypeAdapter(GeneratorConfig)
@@ -74,7 +76,8 @@ def load_config(path: str | Path | None) -> GeneratorConfig:
         The validated config.
 
     Raises:
-        ValueError: Naming the file and every bad field.
+        ValueError: Naming the file and every bad field, or the file when it is not a YAML mapping.
+        OSError: When the file cannot be read.
     """
     if path is None:
         return GeneratorConfig()

@@ -2,7 +2,8 @@
 
 The shard layout depends only on ``num`` and ``shard_size``, and dialogue ``i`` only on the seed and ``i``, so
 the files are byte-identical whatever the number of processes. A shard that exists is complete (it was
-renamed into place), so a rerun of the same command skips it and only reads it back for the statistics.
+renamed into place), so a rerun of the same command skips it and only reads it back for the statistics; one that
+does not read back complete is refused, naming it (see :func:`_read_shard`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from data_gen.generate import generate_dialogue, select_domains
 from data_gen.stats import DatasetStats
 
 MANIFEST = "generation.json"
+FORMATS = ("jsonl", "parquet")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class GenerationJob:
         out_dir: Output folder; shards go to ``out_dir/data``.
         fmt: ``jsonl`` or ``parquet``.
         shard_size: Dialogues per shard file.
+
+    Raises:
+        ValueError: For ``num`` or ``shard_size`` below 1, or an unknown format.
     """
 
     config: GeneratorConfig
@@ -44,6 +49,13 @@ class GenerationJob:
     out_dir: Path
     fmt: str = "jsonl"
     shard_size: int = 500
+
+    def __post_init__(self) -> None:
+        for name in ("num", "shard_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        if self.fmt not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.fmt!r}")
 
     @property
     def num_shards(self) -> int:
@@ -65,15 +77,45 @@ class GenerationJob:
         }
 
 
+def _read_shard(path: Path, expected: int) -> DatasetStats:
+    """The statistics of a shard that is already there, which must hold its ``expected`` timelines.
+
+    A damaged shard is refused rather than regenerated. The writer only ever renames a complete shard into place,
+    so one that does not read back whole was cut short or written by something else (a copy that ran out of disk,
+    a sync tool, a hand edit): the user should hear of it, since the same cause may have touched other files, and
+    the command never deletes a file it did not write. The fix is one ``rm``; the rerun regenerates the same bytes.
+    """
+    stats = DatasetStats()
+    problem = None
+    try:
+        for _, item in iter_timeline_file(path):
+            if isinstance(item, list):
+                more = f" (and {len(item) - 1} more)" if len(item) > 1 else ""
+                problem = f"line {item[0].line}, {item[0].field}: {item[0].message}{more}"
+                break
+            stats.add(item)
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid and UnicodeDecodeError are ValueErrors
+        if isinstance(error, OSError) and error.errno is not None:
+            raise  # the file system's own error (permissions, ...), not the shard's content
+        problem = " ".join(str(error).split()) or type(error).__name__
+    if problem is None and stats.dialogues != expected:
+        problem = f"{stats.dialogues} timeline(s) where the shard has {expected}"
+    if problem is not None:
+        raise ValueError(
+            f"{path}: a damaged shard, not one generate wrote ({problem}); generate renames only complete shards "
+            "into place, so this one was cut short or written by something else: delete it and run the same "
+            "command again to regenerate it"
+        )
+    return stats
+
+
 def _shard(job: GenerationJob, index: int) -> DatasetStats:
     path = job.shard_path(index)
-    stats = DatasetStats()
-    if path.exists():
-        for _, timeline in iter_timeline_file(path):
-            stats.add(timeline)
-        return stats
-    domains = select_domains(job.config)
     stop = min(job.num, (index + 1) * job.shard_size)
+    if path.exists():
+        return _read_shard(path, stop - index * job.shard_size)
+    stats = DatasetStats()
+    domains = select_domains(job.config)
     timelines = [generate_dialogue(i, job.seed, job.config, domains) for i in range(index * job.shard_size, stop)]
     for timeline in timelines:
         stats.add(timeline)
@@ -102,10 +144,17 @@ def run_generation(job: GenerationJob, num_proc: int = 1, progress: bool = True)
 
     Raises:
         ValueError: When ``out_dir`` holds a dataset generated with other settings (a
-            ``clocktune.settings_stamp.SettingsMismatchError``), or the config names an unknown domain.
+            ``clocktune.settings_stamp.SettingsMismatchError``) or a damaged shard, is a file, the config names an
+            unknown domain, or ``num_proc`` is below 1.
+        OSError: When ``out_dir`` cannot be written.
     """
-    # The inputs first: a stamp written for a config that then fails would refuse the corrected command.
+    # Every input first (the config and the numbers were checked when they were built): a stamp written for a run
+    # that then fails on bad input would refuse the corrected command.
+    if num_proc < 1:
+        raise ValueError(f"num_proc must be ≥ 1, got {num_proc}")
     select_domains(job.config)  # also fails before starting workers
+    if job.out_dir.exists() and not job.out_dir.is_dir():
+        raise ValueError(f"{job.out_dir} is a file, not a folder")
     stamp_settings(job.out_dir / MANIFEST, job.manifest())
     (job.out_dir / "data").mkdir(parents=True, exist_ok=True)
 

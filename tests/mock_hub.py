@@ -11,7 +11,8 @@ uploaded as a regular (base64, non-LFS) blob:
 
 Anything else answers 404. Committed files are kept per repo and revision so that tests can read them back
 (``files``) or write them to a folder and load them with ``from_pretrained`` (``export``). ``fail_next`` makes
-the next requests to one route answer an error status, to test retries. Requests without a bearer token get 401.
+the next requests to one route answer an error status, to test retries. Requests without a bearer token get 401,
+and so do those with a token outside ``tokens`` when the hub is given some (a wrong or expired token).
 """
 
 from __future__ import annotations
@@ -35,9 +36,13 @@ class MockHub:
     """A threaded HTTP server on 127.0.0.1 that records what is pushed to it.
 
     Use as a context manager; ``url`` is the value for ``HF_ENDPOINT``.
+
+    Args:
+        tokens: The bearer tokens accepted; others get 401. ``None`` accepts any.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tokens: set[str] | None = None) -> None:
+        self.tokens = tokens
         self._lock = threading.Lock()
         # (repo_type, repo_id) -> revision -> path in repo -> content
         self._repos: dict[tuple[str, str], dict[str, dict[str, bytes]]] = {}
@@ -180,7 +185,9 @@ def _make_handler(hub: MockHub) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if not self.headers.get("Authorization", "").startswith("Bearer "):
+            authorization = self.headers.get("Authorization", "")
+            token = authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else None
+            if token is None or (hub.tokens is not None and token not in hub.tokens):
                 status, payload = 401, {"error": "Invalid credentials in Authorization header"}
             else:
                 status, payload = hub.handle(self.command, urlsplit(self.path).path, body)

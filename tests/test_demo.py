@@ -49,7 +49,7 @@ def test_demo_ends_with_the_runtime_table_and_shows_a_dialogue(tmp_path, capsys)
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
     table = next(i for i, line in enumerate(printed) if line.split()[:3] == ["policy", "accuracy", "p50"])
     assert [line.split()[0] for line in printed[table + 1 : table + 4]] == ["sync", "smollm2", "oracle"]
-    assert printed[-1].startswith("bound:") and len(printed) - table <= 7
+    assert printed[-1].startswith("bound:") and len(printed) - table <= 8
     assert any(line.startswith("timeline 1-") for line in printed[:table])
     written = json.loads((out / "summary.json").read_text())
     assert written["eval"]["dialogues"] == 1 and written["eval"]["policy"] == "smollm2"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from clocktune import hub as hub_module
-from clocktune.hub import push_checkpoint, push_dataset
+from clocktune.hub import HubPushError, push_checkpoint, push_dataset
 from tests.mock_hub import MockHub
 from tests.tiny_models import TINY
 
@@ -163,9 +164,10 @@ def test_push_full_checkpoint_uploads_model_tokenizer_and_card(hub, full_checkpo
         "model.safetensors",
         "tokenizer.json",
         "tokenizer_config.json",
-        "trainer_state.json",
     } <= set(files)
-    assert not {"optimizer.pt", "scheduler.pt", "rng_state_0.pth", "training_args.bin"} & set(files)
+    assert not {"optimizer.pt", "scheduler.pt", "rng_state_0.pth", "training_args.bin", "trainer_state.json"} & set(
+        files
+    )
     assert files["model.safetensors"] == (full_checkpoint / "model.safetensors").read_bytes()
     assert len(hub.commits) == 1, "model and card must land in one commit"
     assert _snapshot(full_checkpoint) == before, "the checkpoint folder must not change"
@@ -270,18 +272,21 @@ def test_transient_errors_are_retried(hub, full_checkpoint, route, status, libra
 
 def test_persistent_server_error_gives_up_after_max_retries(hub, full_checkpoint):
     hub.fail_next("create", 503, times=10)
-    with pytest.raises(HfHubHTTPError) as raised:
+    with pytest.raises(HubPushError) as raised:
         push_checkpoint(full_checkpoint, "someone/agent", max_retries=2)
-    assert raised.value.response.status_code == 503
+    assert raised.value.status == 503
+    assert isinstance(raised.value.__cause__, HfHubHTTPError)
+    assert "someone/agent" in str(raised.value) and "try again later" in str(raised.value)
     assert hub.calls["create"] == 3
 
 
 @pytest.mark.parametrize(("route", "status"), [("create", 401), ("create", 403), ("commit", 403)])
 def test_auth_errors_are_not_retried(hub, full_checkpoint, route, status):
     hub.fail_next(route, status, times=5)
-    with pytest.raises(HfHubHTTPError) as raised:
+    with pytest.raises(HubPushError) as raised:
         push_checkpoint(full_checkpoint, "someone/agent")
-    assert raised.value.response.status_code == status
+    assert raised.value.status == status
+    assert raised.value.__cause__.response.status_code == status
     assert hub.calls[route] == 1
     assert hub.calls["create"] == 1
 
@@ -290,10 +295,106 @@ def test_connection_errors_are_retried(hub, full_checkpoint, monkeypatch, caplog
     with MockHub() as closed:
         dead_url = closed.url  # nothing listens on this port once the server has shut down
     monkeypatch.setattr(constants, "ENDPOINT", dead_url)
-    with caplog.at_level("WARNING", logger="clocktune.hub"), pytest.raises(httpx2.ConnectError):
+    with caplog.at_level("WARNING", logger="clocktune.hub"), pytest.raises(HubPushError) as raised:
         push_checkpoint(full_checkpoint, "someone/agent", max_retries=2)
+    assert isinstance(raised.value.__cause__, httpx2.ConnectError)
+    assert raised.value.status is None and dead_url in str(raised.value) and "\n" not in str(raised.value)
     retries = [r.getMessage() for r in caplog.records if r.name == "clocktune.hub"]
     assert len(retries) == 2 and all("retry" in message for message in retries)
+
+
+def test_push_uploads_only_the_allow_list_and_prints_what_it_skipped(hub, full_checkpoint, tmp_path, capsys):
+    folder = tmp_path / "run"
+    shutil.copytree(full_checkpoint, folder)
+    (folder / ".env").write_text("OPENAI_API_KEY=sk-secret\n")
+    (folder / "wandb").mkdir()
+    (folder / "wandb" / "debug.log").write_text("token=hf_secret\n")
+    (folder / "checkpoint-10").mkdir()
+    (folder / "checkpoint-10" / "optimizer.pt").write_bytes(b"resume-only state")
+    (folder / "checkpoint-10" / "trainer_state.json").write_text("{}")
+    (folder / "checkpoint-10" / "model.safetensors").write_bytes(b"an older step")
+    (folder / "runs").mkdir()
+    (folder / "runs" / "events.out.tfevents").write_bytes(b"tensorboard")
+    (folder / "train.log").write_text("step 10\n")
+    (folder / ".hidden.safetensors").write_bytes(b"not a weight file")
+    # A folder without safetensors weights would upload pytorch_model.bin; with them, the pickle stays local.
+    (folder / "pytorch_model.bin").write_bytes(b"pickled weights")
+
+    push_checkpoint(folder, "someone/agent")
+
+    files = set(hub.files("someone/agent"))
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md"} <= files
+    assert files <= {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "chat_template.jinja",
+        "README.md",
+    }, files
+    assert "auto-generated by the Trainer" not in hub.files("someone/agent")["README.md"].decode()
+    skipped_names = [
+        ".env",
+        ".hidden.safetensors",
+        "checkpoint-10/",
+        "optimizer.pt",
+        "pytorch_model.bin",
+        "rng_state_0.pth",
+        "runs/",
+        "scheduler.pt",
+        "train.log",
+        "trainer_state.json",
+        "training_args.bin",
+        "wandb/",
+    ]
+    lines = [line for line in capsys.readouterr().err.splitlines() if "not uploading" in line]
+    assert len(lines) == 1
+    assert lines[0].endswith(": " + ", ".join(skipped_names))
+    assert "sk-secret" not in lines[0] and "hf_secret" not in lines[0]
+
+
+def _clock_folder(folder: Path) -> Path:
+    """A full model whose tokenizer carries a clocktune encoding, as `clocktune push` reads it for the card."""
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from tests.tiny_tokenizer import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("log_delta"), "chatml")
+    _tiny_llama(len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("failure", "fragment"),
+    [("wrong-token", "HF_TOKEN"), ("create-403", "write access"), ("commit-404", "not found"), ("dead", "network")],
+)
+def test_cli_push_errors_are_one_line_and_exit_2(hub, tmp_path, monkeypatch, capsys, failure, fragment):
+    from clocktune.cli import main as clocktune_main
+
+    folder = _clock_folder(tmp_path / "trained")
+    if failure == "wrong-token":
+        hub.tokens = {"hf_right"}  # the fixture's HF_TOKEN, hf_test, is not among them: every request gets 401
+    elif failure == "dead":
+        with MockHub() as closed:
+            monkeypatch.setattr(constants, "ENDPOINT", closed.url)
+    else:
+        route, status = failure.split("-")
+        hub.fail_next(route, int(status), times=5)
+    capsys.readouterr()
+
+    assert clocktune_main(["push", "--checkpoint", str(folder), "--repo-id", "me/rt"]) == 2
+
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and err.strip().endswith(lines[0]), err
+    assert "me/rt" in lines[0] and fragment in lines[0]
+    if failure == "wrong-token":
+        assert "hf auth login" in lines[0] and "HTTP 401" in lines[0]
+        assert "hf_test" not in err
 
 
 @pytest.fixture

@@ -39,6 +39,7 @@ def _evaluate(timelines, out, policy, baseline=None, config=None):
         out,
         concurrency=4,
         progress=False,
+        session_logs=True,
     )
 
 
@@ -56,7 +57,8 @@ def test_an_interrupted_evaluation_plays_only_its_unfinished_sessions(generated,
     resumed = _evaluate(timelines, out, policy, baseline)
     assert policy.started == len(timelines) - len(journaled) and baseline.started == len(timelines)
     assert resumed == whole
-    assert (out / "results.jsonl").read_text() == (tmp_path / "whole" / "results.jsonl").read_text()
+    for name in ("results.jsonl", "sessions_speculative.jsonl", "sessions_sync.jsonl"):
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     assert not (out / "journal").exists()  # the report is written: nothing left to resume
 
 

@@ -458,6 +458,8 @@ INVALID = [
     ('{"action": "answer", "text": "ok", "final": true}', "unexpected field(s) ['final']"),
     ('{"action": "wait", "action": "commit"}', "duplicate key"),
     ('{"action": "call", "id": "c1", "name": "get", "arguments": {"x": NaN}}', "NaN is not valid JSON"),
+    ("[" * 10_000, "nested deeper than"),
+    ('{"action": "call", "id": "c1", "name": "get", "arguments": ' + "[" * 10_000 + "]" * 10_000 + "}", "deeper"),
 ]
 
 

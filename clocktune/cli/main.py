@@ -12,8 +12,10 @@ Examples:
     clocktune profile --model embedded --out runs/cpu-135m.yaml
     clocktune eval --data data/eval/data --profile runs/cpu-135m.yaml --out runs/eval
 
-Errors in the input (a missing file, a line that is not a timeline, a tokenizer of another encoding) print
-``error: ...`` naming ``file:line:field`` where there is one, and exit with status 2.
+Errors in the input (a missing file, a line that is not a timeline, a tokenizer of another encoding, a folder that
+cannot be written) print ``error: ...`` naming ``file:line:field`` where there is one, and exit with status 2; a
+number that makes no sense (``--limit 0``) is refused by argparse, also with status 2
+(``clocktune.cli.arguments``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from clocktune.cli.arguments import (
+    non_negative_int,
+    output_file,
+    output_folder,
+    positive_float,
+    positive_int,
+    probability,
+    run_command,
+)
 from clocktune.tokenizers import DEFAULT_CODEC, load_tokenizer, prepare_tokenizer
 
 
@@ -239,7 +250,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from clocktune.runtime.device_profiles import load_device_profile
     from clocktune.runtime.evaluate import compare_policies
     from clocktune.runtime.journal import checkpoint_stamp
-    from clocktune.runtime.policy_factories import bound_specs, is_checkpoint, load_policy_model, policy_spec
+    from clocktune.runtime.policy_factories import (
+        EndpointLimits,
+        bound_specs,
+        is_checkpoint,
+        load_policy_model,
+        policy_spec,
+    )
     from clocktune.runtime.session import SessionConfig
     from data_gen.backends import make_backend
 
@@ -247,11 +264,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     clock = clock_named(args.clock)
     config = SessionConfig(device=load_device_profile(args.profile), clock=clock, failure_rate=args.failure_rate)
     baseline_model = args.baseline_model or args.model
+    endpoint = EndpointLimits(args.request_timeout, args.endpoint_budget, args.allow_insecure_http)
     loaded = {path: load_policy_model(path) for path in {args.model, baseline_model} if is_checkpoint(path)}
     compare_policies(
         timelines,
-        policy_spec(args.policy, args.model, loaded.get(args.model)),
-        policy_spec(args.baseline, baseline_model, loaded.get(baseline_model)),
+        policy_spec(args.policy, args.model, loaded.get(args.model), endpoint),
+        policy_spec(args.baseline, baseline_model, loaded.get(baseline_model), endpoint),
         make_backend,
         config,
         args.out,
@@ -284,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clocktune", description="clock-aware fine-tuning of real-time agents")
     sub = parser.add_subparsers(dest="command", required=True)
     schema = sub.add_parser("schema", help="print the JSON Schema of one timeline line")
-    schema.add_argument("--out", default=None, help="write to this file instead of stdout")
+    schema.add_argument("--out", type=output_file, default=None, help="write to this file instead of stdout")
     schema.set_defaults(func=cmd_schema)
 
     from clocktune.models import EMBEDDED
@@ -298,14 +316,21 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--model-format", required=True, choices=sorted(FORMATS))
     render.add_argument("--time-codec", default=None, choices=sorted(CODECS), help=codec_help)
     render.add_argument("--agent-clock-loss", action="store_true", help="train the clock of agent messages too")
-    render.add_argument("--max-length", type=int, default=4096, help="row length the summary's packing assumes")
-    render.add_argument("--out", required=True, help="writes OUT/dataset, OUT/tokenizer and OUT/render_summary.json")
+    render.add_argument(
+        "--max-length", type=positive_int, default=4096, help="row length the summary's packing assumes"
+    )
+    render.add_argument(
+        "--out",
+        type=output_folder,
+        required=True,
+        help="writes OUT/dataset, OUT/tokenizer and OUT/render_summary.json",
+    )
     render.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
     render.set_defaults(func=cmd_render)
 
     inspect = sub.add_parser("inspect", help="print one rendered timeline token by token")
     inspect.add_argument("file", help="a .jsonl/.parquet timeline file")
-    inspect.add_argument("--index", type=int, default=0, help="0-based position in the file")
+    inspect.add_argument("--index", type=non_negative_int, default=0, help="0-based position in the file")
     inspect.add_argument("--tokenizer", required=True, help=tokenizer_help)
     inspect.add_argument("--model-format", default=None, choices=sorted(FORMATS), help="needed if not extended")
     inspect.add_argument("--time-codec", default=None, choices=sorted(CODECS), help=codec_help)
@@ -328,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     push.set_defaults(func=cmd_push)
 
     from clocktune.clock import PROFILES
+    from clocktune.runtime.policy_factories import EndpointLimits
     from clocktune.runtime.scripted import SCRIPTED_POLICIES
 
     evaluate = sub.add_parser("eval", help="latency/accuracy benchmark of a policy against a baseline")
@@ -346,16 +372,36 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"device compute profile: {', '.join(sorted(PROFILES))}, or a YAML file (`clocktune profile --out`)",
     )
     evaluate.add_argument("--clock", default="virtual", choices=["virtual", "wall"])
-    evaluate.add_argument("--failure-rate", type=float, default=0.0, help="injected tool failure probability")
-    evaluate.add_argument("--limit", type=int, default=None, help="first N timelines only")
+    evaluate.add_argument("--failure-rate", type=probability, default=0.0, help="injected tool failure probability")
+    evaluate.add_argument("--limit", type=positive_int, default=None, help="first N timelines only")
+    evaluate.add_argument(
+        "--request-timeout",
+        type=positive_float,
+        default=EndpointLimits.request_timeout_s,
+        help="seconds an endpoint request may take in all, a trickling reply included (openai:... models)",
+    )
+    evaluate.add_argument(
+        "--endpoint-budget",
+        type=positive_float,
+        default=EndpointLimits.session_budget_s,
+        help="seconds of endpoint time one session may spend before it gives up (openai:... models)",
+    )
+    evaluate.add_argument(
+        "--allow-insecure-http",
+        action="store_true",
+        help="send OPENAI_API_KEY over plain http to a host that is not loopback",
+    )
     evaluate.add_argument(
         "--concurrency",
-        type=int,
+        type=positive_int,
         default=None,
         help="sessions at once (default: all on the virtual clock; on the wall clock 1 with a checkpoint, else 8)",
     )
     evaluate.add_argument(
-        "--out", required=True, help="output folder; an interrupted run resumes from OUT/journal when run again"
+        "--out",
+        type=output_folder,
+        required=True,
+        help="output folder; an interrupted run resumes from OUT/journal when run again",
     )
     evaluate.add_argument(
         "--session-logs",
@@ -368,9 +414,13 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--model", default="embedded", help="'embedded', a checkpoint folder or a Hub id")
     profile.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
     profile.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"], help="default: as saved")
-    profile.add_argument("--context-tokens", type=int, default=1024, help="tokens in the KV cache while timing")
+    profile.add_argument(
+        "--context-tokens", type=positive_int, default=1024, help="tokens in the KV cache while timing"
+    )
     profile.add_argument("--name", default=None, help="the profile's name (default: measured-<device>)")
-    profile.add_argument("--out", default=None, help="write the profile here as YAML, for `clocktune eval --profile`")
+    profile.add_argument(
+        "--out", type=output_file, default=None, help="write the profile here as YAML, for `clocktune eval --profile`"
+    )
     profile.set_defaults(func=cmd_profile)
     return parser
 
@@ -382,15 +432,11 @@ def main(argv: list[str] | None = None) -> int:
         argv: Arguments without the program name; ``None`` reads ``sys.argv``.
 
     Returns:
-        0 on success, 2 on an input error (printed as ``error: ...``).
+        0 on success, 2 on an input error (printed as ``error: ...``; a TimelineFormatError lists file:line:field
+        of each bad line) or a flag argparse refuses.
     """
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (ValueError, OSError) as error:
-        # TimelineFormatError is a ValueError listing file:line:field of each bad line.
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ class TimeCodec(ABC):
             The clock text.
 
         Raises:
-            ValueError: For a negative time, or a time before ``prev_t``.
+            ValueError: For a negative, NaN or infinite time, or a time before ``prev_t``.
         """
 
     @abstractmethod
@@ -88,8 +88,12 @@ class TimeCodec(ABC):
 
 
 def _check_times(t: float, prev_t: float) -> None:
-    if not t >= 0.0:
-        raise ValueError(f"event time must be a non-negative number of seconds, got {t!r}")
+    # Validation at load keeps NaN and inf out of timelines; this guards every other caller: an infinite time would
+    # overflow ``round`` in the bin codecs (OverflowError) or be written as the clock text "[infs]".
+    if not (math.isfinite(t) and t >= 0.0):
+        raise ValueError(f"event time must be a finite, non-negative number of seconds, got {t!r}")
+    if not math.isfinite(prev_t):
+        raise ValueError(f"previous event time must be a finite number of seconds, got {prev_t!r}")
     if t < prev_t:
         raise ValueError(f"event time {t} is before the previous event's time {prev_t}")
 

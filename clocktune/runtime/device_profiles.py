@@ -23,7 +23,9 @@ _ADAPTER = TypeAdapter(DeviceProfile)
 
 
 def load_device_profile(name_or_path: str) -> DeviceProfile:
-    """A built-in profile by name, or a profile from a YAML file (the fields of :class:`DeviceProfile`).
+    """A built-in profile by name, or a profile from a YAML file (every field of :class:`DeviceProfile`).
+
+    A file must give every field: a missing one is an error, never a built-in profile's figure.
 
     Args:
         name_or_path: A key of ``clocktune.clock.PROFILES`` or a YAML file such as ``clocktune profile`` writes.
@@ -32,7 +34,8 @@ def load_device_profile(name_or_path: str) -> DeviceProfile:
         The profile.
 
     Raises:
-        ValueError: For a name that is neither a profile nor a file, or a file with bad fields (each named).
+        ValueError: For a name that is neither a profile nor a file, or a file with missing or bad fields (each
+            named ``file:field``).
     """
     if name_or_path in PROFILES:
         return PROFILES[name_or_path]
@@ -47,8 +50,9 @@ def save_device_profile(profile: DeviceProfile, path: str | Path) -> None:
 
     Args:
         profile: The profile.
-        path: Destination file.
+        path: Destination file; its folder is created.
     """
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_lines(path, [yaml.safe_dump(asdict(profile), sort_keys=False)])
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clocktune.clock import sample_failure, sample_latency
+from clocktune.runtime.virtual_clock import session_seconds
 from clocktune.timeline.events import ToolSchema
 from clocktune.timeline.refs import iter_refs, resolve_refs
 from clocktune.tools import ToolBackend, ToolError
@@ -156,7 +157,7 @@ class ToolExecutor:
             call.timer = None
             self.in_flight -= 1
             self.wasted_dispatches += 1
-            self.wasted_tool_s += asyncio.get_running_loop().time() - call.started_at
+            self.wasted_tool_s += session_seconds(asyncio.get_running_loop().time(), call.started_at)
         elif call.done and not call.side_effect and call.done_version >= 0 and not call.cancelled:
             self.wasted_dispatches += 1  # a finished read that is about to be replaced
 

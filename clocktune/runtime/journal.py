@@ -19,6 +19,7 @@ from typing import Any
 
 from clocktune.runtime.session import SessionLog
 from clocktune.settings_stamp import stamp_settings
+from clocktune.timeline.bounded_json import loads_bounded
 from clocktune.timeline.io import TimelineFormatError, timeline_from_record, timeline_to_record
 
 
@@ -55,7 +56,8 @@ def log_from_json(line: str, path: str, line_no: int) -> tuple[int, SessionLog]:
         JournalError: When the line is not a session log (naming the file, line and field).
     """
     try:
-        record = json.loads(line)
+        # Bounded: a corrupt line nested thousands deep must be a JournalError naming it, not a RecursionError.
+        record = loads_bounded(line)
         index = record.pop("index")
         timeline = timeline_from_record(record.pop("timeline"), path, line_no)
         return index, SessionLog(timeline=timeline, **record)

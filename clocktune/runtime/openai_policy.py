@@ -24,28 +24,46 @@ The ``[t=..s] your move`` prompt that ``act`` sends is kept in the history once 
 is then a pure function of the session's log, every assistant message follows a user message, and a rejected
 output leaves only the runtime's notice (which quotes it) behind.
 
-HTTP uses the standard library (``urllib.request``), so the policy adds no dependency. ``act`` never raises:
-transport failures, HTTP errors and malformed responses come back as ``Decision(None, 0, "endpoint error: ...")``
-and the session's bounded retries and notice budget apply.
+HTTP uses the standard library (``urllib.request``, through ``clocktune.runtime.endpoint_client``), so the policy
+adds no dependency. The key only goes where ``base_url`` points (redirects are refused) and never over plain http
+to a host other than loopback unless ``allow_insecure_http``; each request is held to ``request_timeout_s`` of wall
+time, and a session to ``session_budget_s`` of endpoint time in all, after which the policy stops asking. ``act``
+never raises: transport failures, HTTP errors, deadlines, a spent budget and malformed responses come back as
+``Decision(None, 0, "endpoint error: ...")`` and the session's bounded retries and notice budget apply (a spent
+budget answers at once, so the session gives up without waiting).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
-import urllib.error
+import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 from clocktune.actions import CALL_ID, Action, ActionParseError, strict_json_loads
 from clocktune.clock import estimate_tokens
+from clocktune.runtime.endpoint_client import EndpointError, build_endpoint_opener, check_base_url, post_json
+from clocktune.runtime.endpoint_client import excerpt as _excerpt
 from clocktune.runtime.policy import Decision
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
 
+__all__ = [
+    "EndpointError",
+    "OpenAIChatPolicy",
+    "action_json",
+    "openai_policy_factory",
+    "parse_reply",
+    "system_prompt",
+]
+
 # Models like to wrap JSON in a Markdown fence even when told not to; that much is tolerated, nothing else.
 _FENCE = re.compile(r"\A```[A-Za-z]*[ \t]*\n?(?P<body>.*?)\n?[ \t]*```\Z", re.DOTALL)
+
+# Defaults of the endpoint's time bounds (OpenAIChatPolicy's request_timeout_s and session_budget_s).
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+DEFAULT_SESSION_BUDGET_S = 300.0
 
 # The keys each action must carry (besides "action"), with the type of each.
 _SHAPES: dict[str, dict[str, type]] = {
@@ -96,11 +114,6 @@ Answer every "your move" with exactly ONE JSON object and nothing else, one of:
 
 Tools (one JSON object per line; state_changing tools need a commit):
 <TOOLS>"""
-
-
-def _excerpt(value: str, limit: int = 120) -> str:
-    # Errors become notices in the model's context: keep them short.
-    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} characters)"
 
 
 def _clock(t: float) -> str:
@@ -185,6 +198,7 @@ def parse_reply(content: str) -> Action:
     if fence is not None:
         text = fence.group("body").strip()
     try:
+        # Bounded (clocktune.timeline.bounded_json): a reply nested 10,000 deep is a ValueError, not a RecursionError.
         value = strict_json_loads(text)
     except (ValueError, RecursionError) as error:
         raise ActionParseError(f"reply is not one JSON object ({error}): {_excerpt(content)}") from None
@@ -221,10 +235,6 @@ def parse_reply(content: str) -> Action:
     return Action(kind)
 
 
-class EndpointError(Exception):
-    """The endpoint did not give a usable completion (transport, HTTP status or response shape)."""
-
-
 class OpenAIChatPolicy:
     """A policy that asks an OpenAI-compatible ``/chat/completions`` endpoint for each action.
 
@@ -235,10 +245,21 @@ class OpenAIChatPolicy:
         model: Model name sent with every request.
         api_key: Sent as ``Authorization: Bearer <api_key>``; ``None`` sends no header (local servers).
         name: Name recorded in results (the logged timeline's teacher).
-        timeout_s: Seconds to wait for one response before the request counts as failed.
+        timeout_s: Seconds to wait for any one connect or read (a socket timeout) before the request counts as
+            failed.
         max_tokens: Longest reply the endpoint may write (one action is short; this bounds runaway replies).
         opener: ``urllib`` opener to send requests with (share one between policies, or install handlers such as
-            a proxy); defaults to ``urllib.request.build_opener()``.
+            a proxy); defaults to ``endpoint_client.build_endpoint_opener(base_url)``, which refuses redirects. The
+            key is never forwarded on a redirect, whatever the opener.
+        request_timeout_s: Wall-clock bound on one whole request, headers and body included, however slowly the
+            server sends them.
+        session_budget_s: Seconds of endpoint time (all requests together) this session may spend; once spent,
+            ``act`` answers an endpoint error at once without asking, and the session gives up.
+        allow_insecure_http: Send ``api_key`` over plain ``http`` to a host that is not loopback.
+
+    Raises:
+        ValueError: For a base URL that is not ``http(s)://HOST...``, or a key bound for a non-loopback host over
+            plain ``http`` without ``allow_insecure_http`` (checked here, before any connection).
     """
 
     io_bound = True  # waits on the endpoint: on the wall clock, sessions overlap their requests
@@ -253,19 +274,26 @@ class OpenAIChatPolicy:
         timeout_s: float = 30.0,
         max_tokens: int = 256,
         opener: urllib.request.OpenerDirector | None = None,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        session_budget_s: float = DEFAULT_SESSION_BUDGET_S,
+        allow_insecure_http: bool = False,
     ) -> None:
+        check_base_url(base_url, api_key, allow_insecure_http)
         self.name = name
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.max_tokens = max_tokens
-        self.opener = opener if opener is not None else urllib.request.build_opener()
+        self.request_timeout_s = request_timeout_s
+        self.session_budget_s = session_budget_s
+        self.opener = opener if opener is not None else build_endpoint_opener(base_url)
         self.messages: list[dict[str, str]] = [{"role": "system", "content": system_prompt(timeline)}]
         # Totals over the session, for cost reports (``usage`` as the endpoint reported it).
         self.requests = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.endpoint_s = 0.0  # wall seconds spent in requests, against session_budget_s
 
     # Context ----------------------------------------------------------------------------------------------------
 
@@ -341,33 +369,22 @@ class OpenAIChatPolicy:
         return {"model": self.model, "messages": messages, "temperature": 0, "max_tokens": self.max_tokens}
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        left = self.session_budget_s - self.endpoint_s
+        if left <= 0:
+            raise EndpointError(
+                f"this session's endpoint budget of {self.session_budget_s:g}s is spent; no more requests"
+            )
+        # The session budget is a hard bound too: the last request gets only what is left of it.
+        if left < self.request_timeout_s:
+            deadline_s, reason = left, f"what was left of the session's {self.session_budget_s:g}s endpoint budget"
+        else:
+            deadline_s, reason = self.request_timeout_s, "request deadline"
+        self.requests += 1
+        start = time.monotonic()
         try:
-            with self.opener.open(request, timeout=self.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as error:
-            try:
-                detail = error.read().decode("utf-8", "replace").strip()
-            except (OSError, http.client.HTTPException):
-                detail = ""
-            raise EndpointError(f"HTTP {error.code} {error.reason}: {_excerpt(detail)}") from None
-        except TimeoutError:
-            raise EndpointError(f"no response within {self.timeout_s:g}s") from None
-        except urllib.error.URLError as error:
-            # Connection refused, DNS failure, or a timeout while connecting (reason is then a socket.timeout).
-            raise EndpointError(f"cannot reach {self.url}: {error.reason}") from None
-        except (OSError, http.client.HTTPException) as error:
-            raise EndpointError(f"request to {self.url} failed: {error!r}") from None
-        try:
-            reply = json.loads(raw)
-        except ValueError:
-            raise EndpointError(f"response is not JSON: {_excerpt(raw.decode('utf-8', 'replace'))}") from None
-        if not isinstance(reply, dict):
-            raise EndpointError(f"response is not a JSON object: {_excerpt(raw.decode('utf-8', 'replace'))}")
-        return reply
+            return post_json(self.opener, self.url, body, self.api_key, self.timeout_s, deadline_s, reason)
+        finally:
+            self.endpoint_s += time.monotonic() - start
 
     def _completion(self, reply: dict[str, Any]) -> tuple[str | None, int | None]:
         usage = reply.get("usage")
@@ -401,9 +418,9 @@ class OpenAIChatPolicy:
         Returns:
             The parsed action with the completion's token count (``usage.completion_tokens``, else about four
             characters per token); ``Decision(None, tokens, why)`` when the reply is not a valid action, and
-            ``Decision(None, 0, "endpoint error: ...")`` when the endpoint failed. Never raises for either.
+            ``Decision(None, 0, "endpoint error: ...")`` when the endpoint failed, missed the request deadline, or the
+            session's endpoint budget is spent (then without asking). Never raises for any of these.
         """
-        self.requests += 1
         try:
             content, completion = self._completion(self._post(self.request_body(t)))
         except EndpointError as error:
@@ -418,7 +435,14 @@ class OpenAIChatPolicy:
 
 
 def openai_policy_factory(
-    base_url: str, model: str, api_key: str | None = None, **options: Any
+    base_url: str,
+    model: str,
+    api_key: str | None = None,
+    *,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    session_budget_s: float = DEFAULT_SESSION_BUDGET_S,
+    allow_insecure_http: bool = False,
+    **options: Any,
 ) -> Callable[[Timeline], OpenAIChatPolicy]:
     """A factory of per-session :class:`OpenAIChatPolicy` objects that share one opener.
 
@@ -426,15 +450,27 @@ def openai_policy_factory(
         base_url: The API root (``.../v1``).
         model: Model name.
         api_key: Bearer token, or ``None``.
+        request_timeout_s: Wall-clock bound on each request, trickling bodies included.
+        session_budget_s: Seconds of endpoint time each session may spend in all.
+        allow_insecure_http: Send the key over plain ``http`` to a host that is not loopback.
         **options: Further :class:`OpenAIChatPolicy` arguments (``name``, ``timeout_s``, ``max_tokens``,
             ``opener``).
 
     Returns:
         ``factory(timeline) -> OpenAIChatPolicy``.
+
+    Raises:
+        ValueError: For a base URL the policy refuses (see :class:`OpenAIChatPolicy`), now rather than per session.
     """
-    opener = options.pop("opener", None) or urllib.request.build_opener()
+    check_base_url(base_url, api_key, allow_insecure_http)
+    opener = options.pop("opener", None) or build_endpoint_opener(base_url)
+    limits = {
+        "request_timeout_s": request_timeout_s,
+        "session_budget_s": session_budget_s,
+        "allow_insecure_http": allow_insecure_http,
+    }
 
     def factory(timeline: Timeline) -> OpenAIChatPolicy:
-        return OpenAIChatPolicy(timeline, base_url, model, api_key, opener=opener, **options)
+        return OpenAIChatPolicy(timeline, base_url, model, api_key, opener=opener, **limits, **options)
 
     return factory

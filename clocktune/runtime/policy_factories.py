@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from clocktune.runtime.openai_policy import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SESSION_BUDGET_S
 from clocktune.runtime.policy import PolicyFactory, PolicySpec
 from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
 from clocktune.timeline.events import Timeline
@@ -14,6 +16,21 @@ from clocktune.timeline.events import Timeline
 SCRIPTED_MODELS = ("scripted", "oracle")
 # ``--model openai:MODEL[@BASE_URL]``: an OpenAI-compatible endpoint (key from ``OPENAI_API_KEY``).
 OPENAI_PREFIX = "openai:"
+
+
+@dataclass(frozen=True)
+class EndpointLimits:
+    """How far an OpenAI-compatible endpoint policy trusts and waits for its server.
+
+    Args:
+        request_timeout_s: Wall-clock bound on each request, a trickling reply included.
+        session_budget_s: Seconds of endpoint time one session may spend in all; then it gives up.
+        allow_insecure_http: Send the API key over plain ``http`` to a host that is not loopback.
+    """
+
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    session_budget_s: float = DEFAULT_SESSION_BUDGET_S
+    allow_insecure_http: bool = False
 
 
 def is_checkpoint(model: str) -> bool:
@@ -56,7 +73,12 @@ def load_policy_model(path: str | os.PathLike) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
-def policy_factory(strategy: str, model: str = "scripted", loaded: tuple[Any, Any] | None = None) -> PolicyFactory:
+def policy_factory(
+    strategy: str,
+    model: str = "scripted",
+    loaded: tuple[Any, Any] | None = None,
+    endpoint: EndpointLimits = EndpointLimits(),
+) -> PolicyFactory:
     """A factory of fresh per-session policies.
 
     Args:
@@ -65,19 +87,21 @@ def policy_factory(strategy: str, model: str = "scripted", loaded: tuple[Any, An
         model: ``scripted`` (or ``oracle``): follow each timeline's recorded plan; ``openai:MODEL[@BASE_URL]``: an
             OpenAI-compatible chat endpoint (``OPENAI_BASE_URL`` or OpenAI's by default); else a checkpoint folder.
         loaded: An already loaded ``(model, tokenizer)`` to use instead of loading ``model``.
+        endpoint: Limits of an endpoint policy (``openai:...``).
 
     Returns:
         ``factory(timeline) -> policy``.
 
     Raises:
-        ValueError: For an unknown scripted strategy.
+        ValueError: For an unknown scripted strategy, or an endpoint URL that would expose the key.
     """
     if loaded is None and model.startswith(OPENAI_PREFIX):
         from clocktune.runtime.openai_policy import openai_policy_factory
 
         name, _, url = model.removeprefix(OPENAI_PREFIX).partition("@")
         base_url = url or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
-        return openai_policy_factory(base_url, name, os.environ.get("OPENAI_API_KEY"), name=strategy)
+        key = os.environ.get("OPENAI_API_KEY")
+        return openai_policy_factory(base_url, name, key, name=strategy, **asdict(endpoint))
     if loaded is None and model in SCRIPTED_MODELS:
         if strategy not in SCRIPTED_POLICIES:
             raise ValueError(f"unknown policy {strategy!r}; scripted policies: {', '.join(SCRIPTED_POLICIES)}")
@@ -97,13 +121,19 @@ def policy_factory(strategy: str, model: str = "scripted", loaded: tuple[Any, An
     return from_model
 
 
-def policy_spec(strategy: str, model: str = "scripted", loaded: tuple[Any, Any] | None = None) -> PolicySpec:
+def policy_spec(
+    strategy: str,
+    model: str = "scripted",
+    loaded: tuple[Any, Any] | None = None,
+    endpoint: EndpointLimits = EndpointLimits(),
+) -> PolicySpec:
     """A policy as ``clocktune eval`` names it: :func:`policy_factory` with the name and key an evaluation needs.
 
     Args:
         strategy: See :func:`policy_factory`; also the name the results carry.
         model: See :func:`policy_factory`.
         loaded: See :func:`policy_factory`.
+        endpoint: See :func:`policy_factory`.
 
     Returns:
         The spec; its key is ``scripted:STRATEGY`` for a recorded plan, else ``MODEL:STRATEGY``.
@@ -112,7 +142,7 @@ def policy_spec(strategy: str, model: str = "scripted", loaded: tuple[Any, Any] 
         ValueError: For an unknown scripted strategy.
     """
     key = f"scripted:{strategy}" if model in SCRIPTED_MODELS else f"{model}:{strategy}"
-    return PolicySpec(strategy, policy_factory(strategy, model, loaded), key)
+    return PolicySpec(strategy, policy_factory(strategy, model, loaded, endpoint), key)
 
 
 def bound_specs() -> tuple[PolicySpec, PolicySpec]:

@@ -22,6 +22,7 @@ from clocktune.clock import DeviceProfile
 from clocktune.runtime.clocks import Clock, VirtualClock
 from clocktune.runtime.executor import ToolExecutor
 from clocktune.runtime.policy import Policy
+from clocktune.runtime.virtual_clock import session_seconds
 from clocktune.timeline.events import Event, Timeline
 from clocktune.timeline.refs import iter_refs
 from clocktune.tools import ToolBackend
@@ -167,13 +168,25 @@ class Session:
             self._loop.call_at(self._t0 + chunk.t + offset, self._arrive, fields)
 
     def _deliver(self, call_id: str, content: Any, error: str | None) -> None:
-        self._arrive({"kind": "tool_result", "call_id": call_id, "content": content, "error": error})
+        version = self.executor.calls[call_id].version
+        self._arrive(
+            {"kind": "tool_result", "call_id": call_id, "version": version, "content": content, "error": error}
+        )
+
+    def _drop_stale_results(self) -> None:
+        # A result that arrived while the agent was writing a modify or cancel of its call (or of a call it depends
+        # on) is of a version the action supersedes: the agent must never read it after the action that dropped it.
+        def current(fields: dict[str, Any]) -> bool:
+            call = self.executor.calls[fields["call_id"]]
+            return not call.cancelled and call.version == fields["version"]
+
+        self._inbox[:] = [fields for fields in self._inbox if fields["kind"] != "tool_result" or current(fields)]
 
     # Log ----------------------------------------------------------------------------------------------------
 
     def now(self) -> float:
         """Seconds since the session started."""
-        return round(self._loop.time() - self._t0, 3)
+        return session_seconds(self._loop.time(), self._t0)
 
     def _log(self, t: float, kind: str, source: str, **fields: Any) -> Event:
         event = Event(f"e{len(self.events)}", t, kind, source, **fields)
@@ -290,8 +303,10 @@ class Session:
             self.executor.call(action.call_id, action.name, action.arguments)
         elif kind == "tool_modify":
             self.executor.modify(action.call_id, action.arguments)
+            self._drop_stale_results()
         elif kind == "tool_cancel":
             self.executor.cancel(action.call_id)
+            self._drop_stale_results()
         elif kind == "commit":
             self.executor.commit()
         elif kind == "say" and action.final:
@@ -301,7 +316,7 @@ class Session:
             if self._turn == len(self.turns):
                 self._end("done")
             else:
-                self._schedule_turn(self._turn, self._loop.time() - self._t0 + self.gaps[self._turn - 1])
+                self._schedule_turn(self._turn, self.now() + self.gaps[self._turn - 1])
 
     def _end(self, reason: str) -> None:
         self._done = True

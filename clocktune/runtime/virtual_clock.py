@@ -13,6 +13,8 @@ import selectors
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from clocktune.runtime.timer_order import OrderedTimersMixin
+
 T = TypeVar("T")
 
 
@@ -34,8 +36,29 @@ class _VirtualSelector(selectors.DefaultSelector):
         return ready
 
 
-class VirtualClockLoop(asyncio.SelectorEventLoop):
-    """A selector event loop on virtual time (seconds from 0.0 at creation)."""
+# Virtual time moves on a grid of whole microseconds. A float sum such as ``t0 + 7.341 + 0.0005`` rounds
+# differently at different magnitudes of ``t0``, so without a grid a session's event times (and the order of two
+# events due at nearly the same time) would depend on when the session started on a shared loop: on
+# ``--concurrency`` and on resuming.
+GRID_DIGITS = 6
+
+
+def session_seconds(now: float, start: float) -> float:
+    """Seconds from ``start`` to ``now`` (loop times), to the millisecond, whatever the magnitude of either.
+
+    Args:
+        now: The loop's time.
+        start: The loop's time when the session started.
+
+    Returns:
+        The difference, through whole microseconds, rounded to three decimals.
+    """
+    return round(round((now - start) * 10**GRID_DIGITS) / 10**GRID_DIGITS, 3)
+
+
+class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):
+    """A selector event loop on virtual time (seconds from 0.0 at creation, on a grid of microseconds); timers due
+    at the same time fire in the order they were scheduled (``timer_order``)."""
 
     def __init__(self) -> None:
         self._now = 0.0
@@ -45,9 +68,14 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         """The virtual time in seconds."""
         return self._now
 
+    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        """Schedules ``callback(*args)`` at virtual time ``when``, moved onto the microsecond grid."""
+        return super().call_at(round(when, GRID_DIGITS), callback, *args, context=context)
+
     def advance(self, seconds: float) -> None:
-        """Moves the clock forward (the loop calls this when it would otherwise sleep)."""
-        self._now += seconds
+        """Moves the clock forward (the loop calls this when it would otherwise sleep), onto the grid: a jump to
+        the next timer lands exactly on that timer's time."""
+        self._now = round(self._now + seconds, GRID_DIGITS)
 
 
 async def _drain(tasks: set[asyncio.Task]) -> None:

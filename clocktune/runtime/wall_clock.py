@@ -21,6 +21,8 @@ from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from clocktune.runtime.timer_order import OrderedEventLoop
+
 T = TypeVar("T")
 
 
@@ -88,7 +90,8 @@ def run_wall(main: Coroutine[Any, Any, T]) -> T:
     def loop_thread() -> None:
         _CALLING_THREAD.set(calling)  # the loop's tasks copy this context, so sessions find the calling thread
         try:
-            outcome["result"] = asyncio.run(main)
+            with asyncio.Runner(loop_factory=OrderedEventLoop) as runner:
+                outcome["result"] = runner.run(main)
         except BaseException as error:
             outcome["error"] = error
         finally:

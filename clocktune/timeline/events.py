@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, ConfigDict, PlainSerializer
 
+from clocktune.timeline.bounded_json import loads_bounded
+
 EventKind = Literal[
     "user_chunk", "tool_call", "tool_modify", "tool_cancel", "tool_result", "say", "wait", "commit", "notice"
 ]
@@ -37,8 +39,9 @@ AGENT_KINDS = frozenset(kind for kind, source in KIND_SOURCE.items() if source =
 
 
 def _parse_json_string(value: Any) -> Any:
-    # Accepts the on-disk JSON string as well as an already-parsed value.
-    return json.loads(value) if isinstance(value, str) else value
+    # Accepts the on-disk JSON string as well as an already-parsed value. Bounded: a payload nested thousands
+    # deep must be a ValueError (which pydantic turns into an issue naming the field), not a RecursionError.
+    return loads_bounded(value) if isinstance(value, str) else value
 
 
 def _dump_json_string(value: Any) -> str | None:
@@ -57,7 +60,9 @@ JsonObject = Annotated[
     PlainSerializer(_dump_json_string, return_type=str, when_used="json"),
 ]
 
-_STRICT = ConfigDict(extra="forbid")
+# No unknown fields; no NaN or infinite floats: a NaN time compares false with everything, so it would slip through
+# the ordering rules and corrupt every score computed from it.
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 @dataclass(slots=True)

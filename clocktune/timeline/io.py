@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pydantic import TypeAdapter, ValidationError
 
 from clocktune.atomic import atomic_write, atomic_write_lines
+from clocktune.timeline.bounded_json import check_json_bounds
 from clocktune.timeline.events import Timeline
 
 TIMELINE_ADAPTER: TypeAdapter[Timeline] = TypeAdapter(Timeline)
@@ -74,8 +75,14 @@ def timeline_from_json(line: str | bytes, path: str = "<string>", line_no: int =
         The parsed timeline.
 
     Raises:
-        TimelineFormatError: With one issue per invalid field.
+        TimelineFormatError: With one issue per invalid field (one issue for the line when it is too long or
+            nests too deep to parse safely).
     """
+    try:
+        # pydantic parses the line itself; the bound keeps a hostile line from exhausting the parser's stack.
+        check_json_bounds(line)
+    except ValueError as error:
+        raise TimelineFormatError([Issue(path, line_no, "-", f"not a timeline line ({error})")]) from None
     try:
         return TIMELINE_ADAPTER.validate_json(line)
     except ValidationError as error:
@@ -93,10 +100,12 @@ def timeline_from_record(record: dict, path: str = "<record>", line_no: int = 0)
 def _issues_from_pydantic(error: ValidationError, path: str, line_no: int) -> list[Issue]:
     issues = []
     for detail in error.errors(include_url=False):
+        field = ".".join(str(part) for part in detail["loc"]) or "-"
         if detail["type"] == "json_invalid":
             issues.append(Issue(path, line_no, "-", f"not valid JSON ({detail['ctx']['error']})"))
+        elif detail["type"] == "finite_number":
+            issues.append(Issue(path, line_no, field, f"must be finite, got {detail['input']!r}"))
         else:
-            field = ".".join(str(part) for part in detail["loc"]) or "-"
             issues.append(Issue(path, line_no, field, detail["msg"]))
     return issues
 

@@ -6,13 +6,15 @@ to the end so that all bad lines are reported at once.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Callable
 from functools import lru_cache
 
 import jsonschema
 
-from clocktune.timeline.events import KIND_SOURCE, Event, Timeline
+from clocktune.timeline.events import KIND_SOURCE, Event, LatencyModel, Timeline
 from clocktune.timeline.io import Issue, iter_timeline_file
 from clocktune.timeline.refs import iter_refs, ref_target
 
@@ -29,6 +31,16 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "notice": ("text",),
 }
 
+# Where each latency-model number makes sense (clocktune.clock.sample_latency and sample_failure): a median and a
+# spread are non-negative, probabilities lie in [0, 1], and a tail call is slowed down, never sped up.
+LATENCY_RANGES: dict[str, tuple[float, float]] = {
+    "median_s": (0.0, math.inf),
+    "sigma": (0.0, math.inf),
+    "tail_prob": (0.0, 1.0),
+    "tail_scale": (1.0, math.inf),
+    "failure_rate": (0.0, 1.0),
+}
+
 
 def _without_refs(arguments: object) -> object:
     # A reference stands for a value only known at run time: drop it before checking against the schema.
@@ -40,12 +52,30 @@ def _without_refs(arguments: object) -> object:
 
 
 @lru_cache(maxsize=4096)
-def _validator(schema_json: str) -> jsonschema.protocols.Validator:
-    import json
-
+def _validator(schema_json: str) -> jsonschema.protocols.Validator | str:
+    # The validator of a parameter schema, or why the schema is not one: checking arguments against a broken
+    # schema raises from inside jsonschema, which would end validation of the whole file with a traceback.
     schema = json.loads(schema_json)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as error:
+        where = ".".join(str(part) for part in error.absolute_path)
+        return f"not a valid JSON Schema ({error.message}{' at ' + where if where else ''})"
     return cls(schema)
+
+
+def schema_error(parameters: dict) -> str | None:
+    """Checks a tool's parameter schema against its JSON Schema meta-schema.
+
+    Args:
+        parameters: JSON Schema of the tool's arguments.
+
+    Returns:
+        What is wrong with it, or ``None`` when it is a valid schema.
+    """
+    validator = _validator(json.dumps(parameters, sort_keys=True))
+    return validator if isinstance(validator, str) else None
 
 
 def argument_errors(parameters: dict, arguments: dict, allow_refs: bool) -> list[tuple[str, str]]:
@@ -58,11 +88,12 @@ def argument_errors(parameters: dict, arguments: dict, allow_refs: bool) -> list
             ground truth, whose arguments are resolved).
 
     Returns:
-        ``(field, message)`` pairs, ``field`` relative to the arguments object; empty when valid.
+        ``(field, message)`` pairs, ``field`` relative to the arguments object; empty when valid, and when the
+        schema itself is invalid (:func:`schema_error` reports that once per tool).
     """
-    import json
-
     validator = _validator(json.dumps(parameters, sort_keys=True))
+    if isinstance(validator, str):
+        return []
     checked = arguments
     if allow_refs:
         checked = _without_refs(arguments)
@@ -80,13 +111,15 @@ def argument_errors(parameters: dict, arguments: dict, allow_refs: bool) -> list
 def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 0) -> list[Issue]:
     """Checks one timeline against the rules of the format.
 
-    Rules: times are non-negative and non-decreasing; event ids are unique; each kind comes from its source and
-    carries its fields; every utterance ends with exactly one final chunk and revisions point back into it;
-    calls name known tools with arguments matching their schemas and references to earlier calls; modifies
-    and cancels address open calls (issued, not cancelled, and for state-changing tools not yet executed);
-    results answer issued, uncancelled calls after them, and state-changing calls only after a ``commit``;
-    ``commit`` only comes when the user has finished speaking; ground truth names known tools with valid,
-    resolved arguments.
+    Rules: tool names are unique, parameter schemas are valid JSON Schemas and latency-model numbers are finite and
+    within :data:`LATENCY_RANGES`; times are finite, non-negative and non-decreasing; event ids are unique; each
+    kind comes from its source and carries its fields; every utterance ends with exactly one final chunk and
+    revisions point back into it; calls name known tools with arguments matching their schemas and references to
+    earlier calls; modifies and cancels address open calls (issued, not cancelled, and for state-changing tools
+    not yet executed); results answer issued, uncancelled calls after them, and state-changing calls only after a
+    ``commit``; ``commit`` only comes when the user has finished speaking; a final answer (``say`` with
+    ``final``) only comes after a final user chunk of its turn (since the previous final answer); ground truth
+    names known tools with valid, resolved arguments.
 
     Args:
         timeline: The timeline to check.
@@ -104,6 +137,11 @@ def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 
     tools = {tool.name: tool for tool in timeline.tools}
     if len(tools) != len(timeline.tools):
         report("tools", "tool names are not unique")
+    for index, tool in enumerate(timeline.tools):
+        problem = schema_error(tool.parameters) if isinstance(tool.parameters, dict) else "must be a JSON object"
+        if problem is not None:
+            report(f"tools.{index}.parameters", problem)
+        _check_latency(tool.latency, f"tools.{index}.latency", report)
 
     seen_ids: set[str] = set()
     previous_t = 0.0
@@ -117,16 +155,21 @@ def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 
     dependents: dict[str, list[str]] = {}
     utterance_chunks: set[str] = set()
     in_utterance = False
+    heard_turn = False  # a final user chunk came since the last final answer
     for index, event in enumerate(timeline.events):
         where = f"events.{index}"
         if event.id in seen_ids:
             report(f"{where}.id", f"duplicate event id {event.id!r}")
         seen_ids.add(event.id)
-        if event.t < previous_t:
-            report(f"{where}.t", f"time goes backwards: {event.t} after {previous_t}")
-        elif event.t < 0:
-            report(f"{where}.t", f"negative time {event.t}")
-        previous_t = max(previous_t, event.t)
+        if not math.isfinite(event.t):
+            # NaN compares false with everything and inf is after everything: either would pass the order check.
+            report(f"{where}.t", f"must be finite, got {event.t!r}")
+        else:
+            if event.t < previous_t:
+                report(f"{where}.t", f"time goes backwards: {event.t} after {previous_t}")
+            elif event.t < 0:
+                report(f"{where}.t", f"negative time {event.t}")
+            previous_t = max(previous_t, event.t)
         if KIND_SOURCE[event.kind] != event.source:
             report(f"{where}.source", f"{event.kind} comes from {KIND_SOURCE[event.kind]}, not {event.source}")
         missing = [name for name in REQUIRED_FIELDS[event.kind] if getattr(event, name) is None]
@@ -139,7 +182,14 @@ def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 
             if event.revises is not None and event.revises not in utterance_chunks:
                 report(f"{where}.revises", f"revises {event.revises!r}, not an earlier chunk of this utterance")
             in_utterance = not event.final
+            heard_turn = heard_turn or bool(event.final)
             utterance_chunks = set() if event.final else utterance_chunks | {event.id}
+        elif event.kind == "say":
+            if event.final:
+                # An answer to a question not yet asked: the turn's request is only complete at its final chunk.
+                if not heard_turn:
+                    report(f"{where}.final", "final answer before any final user chunk of its turn")
+                heard_turn = False
         elif event.kind == "commit":
             if in_utterance:
                 report(f"{where}.kind", "commit while the user is still speaking")
@@ -175,6 +225,18 @@ def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 
         for field, message in argument_errors(tools[call.name].parameters, call.arguments, allow_refs=False):
             report(f"{where}.arguments{'.' + field if field else ''}", message)
     return issues
+
+
+def _check_latency(latency: LatencyModel, where: str, report: Callable[[str, str], None]) -> None:
+    for name, (low, high) in LATENCY_RANGES.items():
+        value = getattr(latency, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            report(f"{where}.{name}", f"must be a number, got {value!r}")
+        elif not math.isfinite(value):
+            report(f"{where}.{name}", f"must be finite, got {value!r}")
+        elif not low <= value <= high:
+            bound = f"at least {low}" if high == math.inf else f"in [{low}, {high}]"
+            report(f"{where}.{name}", f"must be {bound}, got {value}")
 
 
 def _check_event(event: Event, where, report, tools, call_names, call_times, open_calls, cancelled, executed) -> None:
@@ -240,7 +302,8 @@ def validate_file(
         extra_check: Further rules to apply to each parsed timeline, e.g. replaying ground truth on a backend.
 
     Returns:
-        ``(number of timelines read, issues)``; issues are sorted by line.
+        ``(number of timelines read, issues)``; issues are sorted by line. A file without any timeline (empty,
+        or blank lines only) has one issue at line 0.
     """
     count, issues = 0, []
     for line_no, item in iter_timeline_file(path):
@@ -251,4 +314,7 @@ def validate_file(
             issues.extend(validate_timeline(item, str(path), line_no))
             if extra_check is not None:
                 issues.extend(extra_check(item, str(path), line_no))
+    if count == 0:
+        # An empty file is most likely a failed or truncated write: passing it would hide the failure.
+        issues.append(Issue(str(path), 0, "-", f"no timelines in {path}"))
     return count, issues

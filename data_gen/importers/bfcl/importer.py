@@ -123,7 +123,7 @@ def import_bfcl(
     Args:
         category: One of :data:`~data_gen.importers.bfcl.entries.CATEGORIES`.
         out_dir: Output folder.
-        limit: Import only the first ``limit`` entries.
+        limit: Import only the first ``limit`` entries (at least 1).
         seed: Seed of the run; entry ``i`` gets its own seed from it, so a limit does not change the others.
         config: Generator config (speech, latencies, device, teacher); defaults when ``None``.
         bfcl_dir: The ``bfcl_eval`` folder; see :func:`~data_gen.importers.bfcl.wheel.find_bfcl_root`.
@@ -134,13 +134,15 @@ def import_bfcl(
         ``stats`` (what ``stats.json`` holds).
 
     Raises:
-        BfclError: For a missing wheel, an unknown category, unreadable files, or an ``out_dir`` written with
-            other settings.
+        BfclError: For a missing wheel, an unknown category, unreadable files, a limit below 1, or an ``out_dir``
+            that is a file or was written with other settings.
     """
     started = time.perf_counter()
     config = config or GeneratorConfig()
-    if limit is not None and limit < 0:
-        raise BfclError(f"limit must be non-negative, got {limit}")
+    if limit is not None and limit < 1:
+        raise BfclError(f"limit must be ≥ 1, got {limit}")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise BfclError(f"{out_dir} is a file, not a folder")
     root = find_bfcl_root(bfcl_dir)
     pairs = load_entries(category, Path(data_dir) if data_dir is not None else root / "data")
     if limit is not None:

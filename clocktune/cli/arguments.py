@@ -1,0 +1,136 @@
+"""What both command lines (``clocktune`` and ``clocktune-datagen``) share: argument types and error reports.
+
+The ``type=`` functions reject a number that makes no sense where argparse reads it, so that argparse prints
+``error: argument --num: must be ≥ 1, got -1`` with the usage and exits 2 before anything runs.
+:func:`run_command` turns the errors a command expects (bad input, files it cannot read or write) into one line
+``error: ...`` on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+__all__ = [
+    "EXPECTED_ERRORS",
+    "describe_error",
+    "non_negative_int",
+    "output_file",
+    "output_folder",
+    "positive_float",
+    "positive_int",
+    "probability",
+    "run_command",
+]
+
+# ValueError covers pydantic's ValidationError, the TimelineFormatError listing file:line:field, the settings
+# stamps' mismatch errors, BFCL's errors and pyarrow's ArrowInvalid; OSError covers every file-system failure
+# (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError, disk full).
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, yaml.YAMLError)
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1 (a count, a size, a limit)."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer of at least 0 (a 0-based position)."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0 (seconds, rates)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _existing_ancestor(path: Path) -> Path:
+    # The path itself when it exists, else its nearest existing folder-to-be-created-in ("." or "/" at worst).
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def output_folder(text: str) -> str:
+    """An output folder: one that exists, or one that can be created (no file where a folder must be)."""
+    path = Path(text)
+    found = _existing_ancestor(path)
+    if found == path and not found.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    if not found.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} would go under {found}, which is a file, not a folder")
+    return text
+
+
+def output_file(text: str) -> str:
+    """An output file: a file to create or replace, not a folder (its folder is created if missing)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    found = _existing_ancestor(path.parent)
+    if not found.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} would go under {found}, which is a file, not a folder")
+    return text
+
+
+def describe_error(error: BaseException) -> str:
+    """The message of an expected error, as the user reads it: ``path: reason`` for a file-system error."""
+    if isinstance(error, OSError) and error.strerror:
+        if error.filename is None:
+            return error.strerror
+        second = f" -> {error.filename2}" if error.filename2 is not None else ""
+        return f"{error.filename}{second}: {error.strerror}"
+    return str(error) or type(error).__name__
+
+
+def run_command(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Runs one ``cmd_*`` function, reporting what it raises of :data:`EXPECTED_ERRORS`.
+
+    Args:
+        command: The command.
+        args: Its parsed command line.
+
+    Returns:
+        The command's exit status (0, or 1 when it found problems in what it checks); 2 when it raised an expected
+        error, which is printed as ``error: ...`` on stderr.
+    """
+    try:
+        return command(args)
+    except EXPECTED_ERRORS as error:
+        print(f"error: {describe_error(error)}", file=sys.stderr)
+        return 2

@@ -1,0 +1,92 @@
+"""Equal-time events keep the order they were scheduled in, so a session's log depends on its timeline alone: not on
+the number of concurrent sessions, and not on the clock's heap."""
+
+import asyncio
+import random
+import time
+
+import pytest
+
+from clocktune.runtime.play import run_policy
+from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
+from clocktune.runtime.session import SessionConfig
+from clocktune.runtime.timer_order import OrderedEventLoop
+from clocktune.runtime.virtual_clock import run_virtual
+from clocktune.timeline.validate import validate_timeline
+from data_gen.backends import make_backend
+from data_gen.config import GeneratorConfig
+from data_gen.generate import generate_dialogue, select_domains
+
+
+def _schedule(loop, times):
+    fired = []
+    for index, t in enumerate(times):
+        loop.call_at(t, fired.append, (t, index))
+    return fired
+
+
+def _in_scheduling_order_within_each_time(fired, times):
+    expected: dict[float, list[int]] = {}
+    for index, t in enumerate(times):
+        expected.setdefault(t, []).append(index)
+    got: dict[float, list[int]] = {}
+    for t, index in fired:
+        got.setdefault(t, []).append(index)
+    return got == expected and [t for t, _ in fired] == sorted(times)
+
+
+def test_ten_thousand_timers_at_a_hundred_times_fire_in_scheduling_order_on_the_virtual_clock():
+    rng = random.Random(0)
+    times = [rng.randrange(100) * 0.25 for _ in range(10_000)]
+
+    async def main():
+        fired = _schedule(asyncio.get_running_loop(), times)
+        await asyncio.sleep(30)
+        return fired
+
+    fired = run_virtual(main())
+    assert len(fired) == 10_000 and _in_scheduling_order_within_each_time(fired, times)
+
+
+def test_timers_at_equal_times_fire_in_scheduling_order_on_the_wall_clock_loop():
+    rng = random.Random(1)
+    loop = OrderedEventLoop()
+    try:
+        start = loop.time() + 0.05
+        times = [start + rng.randrange(5) * 0.01 for _ in range(2_000)]
+        fired = _schedule(loop, times)
+        loop.run_until_complete(asyncio.sleep(max(times) - loop.time() + 0.05))
+    finally:
+        loop.close()
+    assert len(fired) == 2_000 and _in_scheduling_order_within_each_time(fired, times)
+
+
+@pytest.fixture(scope="module")
+def five_thousand():
+    config = GeneratorConfig()
+    domains = select_domains(config)
+    return [generate_dialogue(i, 11, config, domains) for i in range(5_000)]
+
+
+def test_every_session_log_of_five_thousand_dialogues_under_every_scripted_policy_is_valid(five_thousand):
+    started = time.perf_counter()
+    for name in SCRIPTED_POLICIES:
+        run = run_policy(name, five_thousand, lambda t, n=name: ScriptedPolicy(t, n), make_backend, SessionConfig())
+        issues = [(log.timeline.id, issue) for log in run.logs for issue in validate_timeline(log.timeline)]
+        assert issues == [], f"{name}: {len(issues)} issues, first {issues[:3]}"
+    assert time.perf_counter() - started < 600
+
+
+def test_eval_writes_the_same_session_logs_one_session_at_a_time_and_all_at_once(tmp_path, five_thousand):
+    from clocktune.cli import main
+    from clocktune.timeline.io import write_timelines
+
+    data = tmp_path / "data.jsonl"
+    write_timelines(data, five_thousand[:2_000])
+    for out, extra in (("one", ["--concurrency", "1"]), ("all", [])):
+        argv = ["eval", "--data", str(data), "--out", str(tmp_path / out), "--session-logs", *extra]
+        assert main(argv) == 0
+    for name in ("sessions_speculative.jsonl", "sessions_sync.jsonl", "sessions_oracle.jsonl"):
+        one, everything = (tmp_path / "one" / name).read_bytes(), (tmp_path / "all" / name).read_bytes()
+        assert one == everything, name
+    assert (tmp_path / "one" / "results.jsonl").read_bytes() == (tmp_path / "all" / "results.jsonl").read_bytes()
