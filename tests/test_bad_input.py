@@ -292,3 +292,57 @@ def test_every_shipped_generator_config_keeps_the_rules(path):
 def _api_key(monkeypatch):
     # The endpoint rows need a key to refuse sending; no row ever reaches a server.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
+
+
+def _timeline_line(change: Callable[[dict], None]) -> str:
+    import json
+
+    from clocktune.timeline.io import timeline_to_record
+    from data_gen.generate import generate_dialogue
+
+    record = json.loads(json.dumps(timeline_to_record(generate_dialogue(0, 0, GeneratorConfig()))))
+    change(record)
+    return json.dumps(record) + "\n"
+
+
+def _deep_arguments(record: dict) -> None:
+    call = next(event for event in record["events"] if event.get("arguments"))
+    call["arguments"] = "[" * 10_000 + "]" * 10_000
+
+
+def _nan_final_chunk(record: dict) -> None:
+    next(event for event in record["events"] if event.get("final") and event["kind"] == "user_chunk")["t"] = "NaN"
+
+
+TIMELINE_INPUTS = {
+    "deep-arguments": (_deep_arguments, "arguments: Value error, JSON nested deeper than 100 levels"),
+    "deep-line": (None, "JSON nested deeper than 100 levels"),
+    "nan-final-chunk": (_nan_final_chunk, ".t: "),
+}
+TIMELINE_COMMANDS = {
+    "validate": ("datagen", ("validate", "{file}"), 1),
+    "show": ("datagen", ("show", "{file}"), 1),
+    "eval": ("clocktune", ("eval", "--data", "{file}", "--out", "{tmp}/eval"), 2),
+    "render": ("clocktune", ("render", "--input", "{file}", "--tokenizer", "embedded", "--model-format", "chatml",
+                             "--out", "{tmp}/rendered"), 2),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(TIMELINE_COMMANDS))
+@pytest.mark.parametrize("bad", sorted(TIMELINE_INPUTS))
+def test_a_hostile_timeline_is_named_by_file_line_and_field_by_every_command(bad, command, tmp_path, capsys):
+    change, message = TIMELINE_INPUTS[bad]
+    path = tmp_path / "bad.jsonl"
+    if change is None:
+        path.write_text("[" * 10_000 + "]" * 10_000 + "\n")
+    else:
+        path.write_text(_timeline_line(change).replace('"NaN"', "NaN"))
+    cli, argv, expected = TIMELINE_COMMANDS[command]
+    capsys.readouterr()
+    code = (clocktune_main if cli == "clocktune" else datagen_main)([a.format(file=path, tmp=tmp_path) for a in argv])
+    printed = capsys.readouterr()
+    report = printed.out + printed.err  # validate lists its issues on stdout, the other commands on stderr
+    assert code == expected, report
+    assert "Traceback" not in report and "RecursionError" not in report, report
+    assert f"{path}:1:" in report and message in report, report
+    assert not (tmp_path / "eval" / "journal").exists()  # nothing stamped that the corrected run would refuse
