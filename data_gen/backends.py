@@ -6,54 +6,58 @@ runtime receives it and never looks domains up itself (docs/design.md §6).
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
 from typing import Any
 
 from clocktune.timeline.events import Timeline
 from clocktune.timeline.io import Issue
-from clocktune.tools import BrokenCallError, ToolBackend, ToolError
-from data_gen.domains import DOMAINS
-from data_gen.domains.base import Domain
+from clocktune.tools import BackendFactory, BrokenCallError, ToolBackend, ToolError
+from data_gen.declarative import declared_backend
+from data_gen.plugins import DomainBackend, DomainPlugin, find_plugin
 
-__all__ = ["DomainBackend", "check_ground_truth_state", "make_backend", "serves"]
+__all__ = ["BFCL_PLUGIN", "DomainBackend", "backend_factory", "check_ground_truth_state", "make_backend", "serves"]
 
 # Imported BFCL timelines are named "bfcl"; their backends load from the bfcl-eval wheel.
 BFCL_DOMAIN = "bfcl"
 
 
-@dataclass
-class DomainBackend:
-    """The backend of a generated domain: its ``execute`` function over a private copy of the state.
+def _bfcl_backend(timeline: Timeline) -> ToolBackend:
+    # Imported lazily: the BFCL classes load from the bfcl-eval wheel, which generated domains never need.
+    from data_gen.importers.bfcl.backend import backend_for_timeline
+
+    return backend_for_timeline(timeline)
+
+
+BFCL_PLUGIN = DomainPlugin(BFCL_DOMAIN, _bfcl_backend, prefix=True)
+"""The BFCL importer's plugin (entry point ``bfcl``): import-only, serving ``bfcl`` and ``bfcl-...`` timelines."""
+
+
+def backend_factory(timeline: Timeline) -> BackendFactory | None:
+    """The one lookup of a timeline's backend: a registered plugin, else the declarative domain file it names.
 
     Args:
-        domain: The domain.
-        current: The state calls read and mutate (copied from the timeline by :func:`make_backend`).
+        timeline: The timeline.
+
+    Returns:
+        The factory, or ``None`` when no plugin serves the domain and the timeline names no usable domain file.
+
+    Raises:
+        ValueError: When the entry point that would serve the domain failed to load.
     """
-
-    domain: Domain
-    current: dict[str, Any]
-    # Generated domains pass data between calls through ``$ref`` inputs, never through state.
-    sequential = False
-
-    def execute(self, name: str, arguments: dict[str, Any]) -> Any:
-        """Runs one call; raises :class:`ToolError` when the backend refuses it, :class:`BrokenCallError` when
-        it cannot run it."""
-        if not any(tool.name == name for tool in self.domain.tools):
-            raise BrokenCallError(f"unknown tool {name!r}")
-        try:
-            return self.domain.execute(self.current, name, arguments)
-        except (KeyError, TypeError) as error:
-            raise BrokenCallError(f"{name}: bad arguments ({error})") from error
-
-    def state(self) -> dict[str, Any]:
-        """The current state."""
-        return self.current
+    plugin = find_plugin(timeline.domain)
+    if plugin is not None:
+        return plugin.backend
+    # A declarative domain given with --domain FILE is no plugin: its timelines name the file (path and hash).
+    return declared_backend(timeline)
 
 
-def serves(domain: str) -> bool:
-    """Whether :func:`make_backend` has a backend for timelines of ``domain``."""
-    return domain in DOMAINS or domain.startswith(BFCL_DOMAIN)
+def serves(timeline: Timeline | str) -> bool:
+    """Whether :func:`make_backend` has a backend for a timeline (or, given a name, for a registered domain)."""
+    try:
+        if isinstance(timeline, str):
+            return find_plugin(timeline) is not None
+        return backend_factory(timeline) is not None
+    except ValueError:
+        return False
 
 
 def make_backend(timeline: Timeline) -> ToolBackend:
@@ -66,16 +70,13 @@ def make_backend(timeline: Timeline) -> ToolBackend:
         The backend.
 
     Raises:
-        ValueError: For a domain no backend serves (or, for imported BFCL timelines, a missing ``bfcl-eval``).
+        ValueError: For a domain no backend serves, naming a broken entry point or a declarative domain file that
+            is missing or changed (or, for imported BFCL timelines, a missing ``bfcl-eval``).
     """
-    if timeline.domain in DOMAINS:
-        return DomainBackend(DOMAINS[timeline.domain], copy.deepcopy(timeline.initial_state))
-    if timeline.domain.startswith(BFCL_DOMAIN):
-        # Imported lazily: the BFCL classes load from the bfcl-eval wheel, which generated domains never need.
-        from data_gen.importers.bfcl import backend_for_timeline
-
-        return backend_for_timeline(timeline)
-    raise ValueError(f"timeline {timeline.id!r}: no tool backend for domain {timeline.domain!r}")
+    factory = backend_factory(timeline)
+    if factory is None:
+        raise ValueError(f"timeline {timeline.id!r}: no tool backend for domain {timeline.domain!r}")
+    return factory(timeline)
 
 
 def _differing_field(state: Any, expected: Any) -> str:
@@ -105,7 +106,7 @@ def check_ground_truth_state(timeline: Timeline, path: str = "<timeline>", line:
         One issue when the backend cannot be built, a call cannot run, or the replay ends in another state than
         ``ground_truth.final_state`` (the field names where they first differ); else none.
     """
-    if not serves(timeline.domain):
+    if not serves(timeline):
         return []
     try:
         backend = make_backend(timeline)

@@ -2,19 +2,25 @@
 
 Examples:
     clocktune-datagen generate --config configs/datagen/default.yaml --num 1000 --seed 0 --out data/demo
-    clocktune-datagen validate data/demo/data/*.jsonl
+    clocktune-datagen generate --domain examples/pharmacy.yaml --num 200 --out data/pharmacy
+    clocktune-datagen validate data/demo/data/*.jsonl [--strict]
     clocktune-datagen show data/demo/data/train-00000-of-00002.jsonl --index 3 --png timeline.png
     clocktune-datagen push data/demo --repo-id me/clocktune-demo
     clocktune-datagen import-bfcl --category multi_turn_base --out data/bfcl-base
+    clocktune-datagen import-chat examples/conversations.jsonl --out data/chat
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from clocktune.cli.arguments import non_negative_int, output_file, output_folder, positive_int, run_command
+
+DOMAIN_FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def _print_stats(stats: dict) -> None:
@@ -40,6 +46,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.teacher is not None:
         config = replace(config, teacher=args.teacher)
+    if args.domain:
+        # A path names a declarative domain file, anything else a registered domain; both replace the config's.
+        files = [name for name in args.domain if Path(name).suffix in DOMAIN_FILE_SUFFIXES or Path(name).is_file()]
+        names = [name for name in args.domain if name not in files]
+        config = replace(config, domains=names, domain_files=files)
     job = GenerationJob(config, args.num, args.seed, Path(args.out), args.format, args.shard_size)
     stats = run_generation(job, num_proc=args.num_proc, progress=not args.quiet)
     if not args.quiet:
@@ -59,11 +70,30 @@ def _expand(paths: list[str]) -> list[Path]:
     return files
 
 
+def _replay_check(unreplayed: dict[str, tuple[int, str]]) -> Callable[..., list]:
+    """The ground-truth rule of ``validate``, counting the timelines no backend serves (by domain, with why)."""
+    from data_gen.backends import backend_factory, check_ground_truth_state
+
+    def check(timeline: Any, path: str, line: int) -> list:
+        try:
+            reason = "" if backend_factory(timeline) is not None else "no plugin serves it"
+        except ValueError as error:
+            reason = str(error)
+        if reason:
+            count, _ = unreplayed.get(timeline.domain, (0, reason))
+            unreplayed[timeline.domain] = (count + 1, reason)
+            return []
+        return check_ground_truth_state(timeline, path, line)
+
+    return check
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from clocktune.timeline.validate import validate_file
-    from data_gen.backends import check_ground_truth_state
 
     total, bad_lines, issues_found = 0, 0, 0
+    unreplayed: dict[str, tuple[int, str]] = {}
+    check = _replay_check(unreplayed)
     files = []
     for name in args.paths:
         expanded = _expand([name])
@@ -78,7 +108,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             issues_found += 1
             continue
         try:
-            count, issues = validate_file(path, check_ground_truth_state)
+            count, issues = validate_file(path, check)
         except (OSError, UnicodeDecodeError, ValueError) as error:
             print(f"{path}:0:-: cannot read ({error})")
             issues_found += 1
@@ -88,6 +118,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         bad_lines += len({issue.line for issue in issues if issue.line})  # line 0 is the file, not a timeline
         for issue in issues:
             print(issue)
+    if unreplayed:
+        # Valid without a replay is weaker than valid: say so, so that a missing plugin or domain file is noticed.
+        skipped = sum(count for count, _ in unreplayed.values())
+        domains = "; ".join(f"{domain} ({count}: {reason})" for domain, (count, reason) in sorted(unreplayed.items()))
+        level = "error" if args.strict else "warning"
+        print(f"{level}: ground truth of {skipped} timeline(s) not replayed, no tool backend for domain(s) {domains}")
+        issues_found += 1 if args.strict else 0
     if issues_found:
         print(f"{issues_found} issue(s) on {bad_lines} of {total} timeline(s)")
         return 1
@@ -147,6 +184,27 @@ def cmd_import_bfcl(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_chat(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from data_gen.config import load_config
+    from data_gen.importers.chat import ChatImportError, import_chat
+
+    config = load_config(args.config)
+    if args.teacher is not None:
+        config = replace(config, teacher=args.teacher)
+    try:
+        result = import_chat(args.source, Path(args.out), args.limit, args.seed, config, name=args.name)
+    except ChatImportError as error:
+        # Every bad row, as validate lists them; nothing was written.
+        for issue in error.issues:
+            print(issue)
+        print(str(error))
+        return 1
+    print(f"imported {result['written']} conversation(s) to {result['path']} in {result['seconds']:.1f} s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``clocktune-datagen`` argument parser."""
     parser = argparse.ArgumentParser(prog="clocktune-datagen", description=__doc__.split("\n")[0])
@@ -161,11 +219,21 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
     gen.add_argument("--teacher", choices=("speculative", "sync"), default=None, help="overrides the config")
     gen.add_argument("--shard-size", type=positive_int, default=500)
+    gen.add_argument(
+        "--domain",
+        action="append",
+        default=None,
+        help="a declarative domain file (.yaml/.json, see data_gen/declarative) or a registered domain's name; "
+        "repeatable; replaces the config's domains and domain_files",
+    )
     gen.add_argument("--quiet", action="store_true")
     gen.set_defaults(func=cmd_generate)
 
     val = sub.add_parser("validate", help="check timeline files; exit 1 listing file:line:field of every issue")
     val.add_argument("paths", nargs="+", help=".jsonl/.parquet files or folders")
+    val.add_argument(
+        "--strict", action="store_true", help="a timeline whose ground truth no backend can replay is an issue"
+    )
     val.set_defaults(func=cmd_validate)
 
     show = sub.add_parser("show", help="print one timeline and optionally draw it")
@@ -188,6 +256,18 @@ def build_parser() -> argparse.ArgumentParser:
     bfcl.add_argument("--bfcl-dir", default=None, help="bfcl_eval folder (default $CLOCKTUNE_BFCL_DIR or the cache)")
     bfcl.add_argument("--data-dir", default=None, help="folder with the entry files (default: the wheel's data)")
     bfcl.set_defaults(func=cmd_import_bfcl)
+
+    chat = sub.add_parser(
+        "import-chat", help="import tool-calling conversations (messages + tools) as timelines; exit 1 on bad rows"
+    )
+    chat.add_argument("source", help=".jsonl/.json/.parquet file, a saved datasets folder, or a folder of files")
+    chat.add_argument("--out", type=output_folder, required=True, help="output folder (timelines in OUT/data)")
+    chat.add_argument("--limit", type=positive_int, default=None, help="import only the first N rows")
+    chat.add_argument("--seed", type=int, default=0)
+    chat.add_argument("--name", default=None, help="dataset name, the timelines' task (default: the source's name)")
+    chat.add_argument("--config", default=None, help="generator YAML: speech, latencies, device, teacher")
+    chat.add_argument("--teacher", choices=("speculative", "sync"), default=None, help="overrides the config")
+    chat.set_defaults(func=cmd_import_chat)
 
     push = sub.add_parser("push", help="upload a generated dataset folder (shards, stats.json) to the Hub")
     push.add_argument("dir", help="folder written by generate")

@@ -44,7 +44,10 @@ class GeneratorConfig:
         tools: Tool latency and failure model.
         device: Agent compute profile.
         planner: Teacher behaviour.
-        domains: Domains to draw from (all when empty), uniformly.
+        domains: Registered domains to draw from, by name, uniformly (all registered ones when both this and
+            ``domain_files`` are empty).
+        domain_files: Declarative domain files (YAML or JSON, see :mod:`data_gen.declarative`; relative paths from
+            the working directory) to draw from too.
         no_tool_rate: Share of dialogues that need no tool.
         teacher: ``speculative`` (acts while the user speaks) or ``sync`` (turn-based baseline).
     """
@@ -56,6 +59,7 @@ class GeneratorConfig:
     device: DeviceProfile = field(default_factory=lambda: PROFILES["h200-3b"])
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     domains: list[str] = field(default_factory=list)
+    domain_files: list[str] = field(default_factory=list)
     no_tool_rate: Probability = 0.1
     teacher: Literal["speculative", "sync"] = "speculative"
 
@@ -85,5 +89,12 @@ def load_config(path: str | Path | None) -> GeneratorConfig:
 
 
 def config_to_dict(config: GeneratorConfig) -> dict:
-    """The config as plain data (for ``stats.json`` and resume checks)."""
-    return _ADAPTER.dump_python(config, mode="json")
+    """The config as plain data (for ``stats.json`` and resume checks).
+
+    ``domain_files`` is left out when empty, so that the settings stamps of folders written before the field existed
+    still match.
+    """
+    data = _ADAPTER.dump_python(config, mode="json")
+    if not data["domain_files"]:
+        del data["domain_files"]
+    return data

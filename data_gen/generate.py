@@ -7,10 +7,11 @@ from dataclasses import replace
 
 from clocktune.timeline.events import Timeline
 from data_gen.config import GeneratorConfig
-from data_gen.domains import DOMAINS
+from data_gen.declarative import load_domain_file
 from data_gen.domains.base import Domain
 from data_gen.no_tool import no_tool
 from data_gen.planner import simulate
+from data_gen.plugins import generatable_domains, plugin_errors
 from data_gen.task import TaskContext
 
 
@@ -20,16 +21,36 @@ def dialogue_seed(seed: int, index: int) -> int:
 
 
 def select_domains(config: GeneratorConfig) -> list[Domain]:
-    """The domains a config draws from, in a fixed order.
+    """The domains a config draws from, in a fixed order: ``domains`` by name, then ``domain_files``.
+
+    Names are looked up among the registered plugins (:mod:`data_gen.plugins`); with neither list, every registered
+    generatable domain is drawn from, sorted by name.
 
     Raises:
-        ValueError: For an unknown domain name.
+        ValueError: For an unknown domain name (naming the entry points that failed to load), a domain file that
+            cannot be used (naming file, line and key), or two domains of one name.
+        OSError: When a domain file cannot be read.
     """
-    names = config.domains or sorted(DOMAINS)
-    unknown = [name for name in names if name not in DOMAINS]
+    registered = generatable_domains()
+    names = config.domains or ([] if config.domain_files else sorted(registered))
+    if not registered and not config.domain_files:
+        raise ValueError(
+            "no domains are registered (entry points of group clocktune.domains): install the project with "
+            "`pip install -e .` (make setup)"
+        )
+    files = [load_domain_file(path) for path in config.domain_files]
+    from_files = {domain.name: domain for domain in files}
+    unknown = [name for name in names if name not in registered and name not in from_files]
     if unknown:
-        raise ValueError(f"unknown domain(s) {unknown}; known: {sorted(DOMAINS)}")
-    return [DOMAINS[name] for name in names]
+        broken = "".join(f"; {message}" for name, message in plugin_errors().items() if name in unknown)
+        raise ValueError(f"unknown domain(s) {unknown}; known: {sorted(registered)}{broken}")
+    for path, domain in zip(config.domain_files, files, strict=True):
+        if domain.name in registered:
+            raise ValueError(f"{path}: domain {domain.name!r} is already a registered domain: rename it")
+        if sum(other.name == domain.name for other in files) > 1:
+            raise ValueError(f"{path}: domain {domain.name!r} is given twice in domain_files")
+    chosen = [registered.get(name) or from_files[name] for name in names]
+    return chosen + [domain for domain in files if domain.name not in names]
 
 
 def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: list[Domain] | None = None) -> Timeline:
@@ -50,7 +71,8 @@ def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: l
     domain = domains[rng.randrange(len(domains))]
     state = domain.initial_state(random.Random(f"{own_seed}:state"))
     context = TaskContext(rng, state, config.planner.threshold, config.planner.early_wrong_rate)
-    if rng.random() < config.no_tool_rate:
+    # A no-tool request names two of the domain's tools; a one-tool declarative domain always gets a task.
+    if rng.random() < config.no_tool_rate and len(domain.tools) >= 2:
         task = no_tool(context, domain)
     else:
         grammars, weights = zip(*domain.grammars, strict=True)

@@ -15,7 +15,8 @@ Two teachers decide the agent's actions:
   resolved arguments, waiting for each result before the next.
 
 Where each call acts on the state the earlier ones leave (BFCL), ``program_order`` makes the speculative teacher
-keep the listed order of a turn's calls; see :class:`Simulation`.
+keep the listed order of a turn's calls, issuing only a turn's leading read-only calls before the user has
+finished; see :class:`Simulation`.
 """
 
 from __future__ import annotations
@@ -96,12 +97,14 @@ class Simulation:
         seed: Seed of the speech, tool and agent random streams.
         teacher: ``speculative`` or ``sync``.
         program_order: Whether the gold calls of a turn must run in the order they are listed, each acting on the
-            state the earlier ones leave (BFCL: ``cd`` then ``ls``). The ``speculative`` teacher then acts only
-            once the final chunk has arrived and issues the calls the way a readers-writer lock would, so the
-            order holds on any executor: a read-only call once every earlier state-changing call of the turn has
-            returned, a state-changing call once every earlier call has; consecutive read-only calls still run in
-            parallel. The calls are issued with their planned arguments, so they must not reference each
-            other's results. The ``sync`` teacher keeps the order anyway.
+            state the earlier ones leave (BFCL: ``cd`` then ``ls``). The ``speculative`` teacher then issues the
+            calls the way a readers-writer lock would, so the order holds on any executor: a read-only call once
+            every earlier state-changing call of the turn has returned, a state-changing call once every earlier
+            call has; consecutive read-only calls still run in parallel. The calls are issued with their planned
+            arguments, so they must not reference each other's results. Before the final chunk it issues only the
+            turn's leading read-only calls, in order, once the current reading holds each as the gold one does (its
+            arguments have been heard): they act on the state the earlier turns left. The ``sync`` teacher keeps
+            the order anyway.
     """
 
     domain: Domain
@@ -250,7 +253,7 @@ class Simulation:
 
     def _decide_program_order(self, turn: Turn) -> tuple[str, dict[str, Any]]:
         if not self._final:
-            return "wait", {}  # the order is that of the gold reading, which holds once the user has finished
+            return self._early_reads(turn)
         change_pending = read_pending = False
         for planned in turn.gold.calls:
             call = self._by_key.get(planned.key)
@@ -268,6 +271,21 @@ class Simulation:
         if self._ack_wanted and not self._acked:
             self._acked = True
             return "say", {"answer": Answer(self._agent_rng.choice(ACKNOWLEDGEMENTS)), "final": False}
+        return "wait", {}
+
+    def _early_reads(self, turn: Turn) -> tuple[str, dict[str, Any]]:
+        # Before the end of speech only the turn's leading read-only calls may run, in the gold order, each once the
+        # current reading holds it as the gold reading does: they act on the state the earlier turns left, which
+        # is final, and nothing of this turn runs before them. Everything from the first state-changing call on
+        # waits for the final chunk, as before.
+        reading = self._reading(turn)
+        if reading is not None:
+            ready = {planned.key: planned for planned in reading.calls}
+            for planned in turn.gold.calls:
+                if self._tools[planned.name].side_effect or ready.get(planned.key) != planned:
+                    break
+                if planned.key not in self._by_key:
+                    return "tool_call", {"planned": planned, "arguments": planned.arguments}
         return "wait", {}
 
     def _reconcile(self, planned: PlannedCall) -> tuple[str, dict[str, Any]] | None:

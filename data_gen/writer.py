@@ -20,6 +20,7 @@ from clocktune.atomic import atomic_write_lines
 from clocktune.settings_stamp import stamp_settings
 from clocktune.timeline.io import iter_timeline_file, timeline_to_json, write_parquet
 from data_gen.config import GeneratorConfig, config_to_dict
+from data_gen.declarative import file_digest
 from data_gen.generate import generate_dialogue, select_domains
 from data_gen.stats import DatasetStats
 
@@ -68,13 +69,17 @@ class GenerationJob:
 
     def manifest(self) -> dict:
         """What determines the files; a rerun into the same folder must match it."""
-        return {
+        settings = {
             "num": self.num,
             "seed": self.seed,
             "format": self.fmt,
             "shard_size": self.shard_size,
             "config": config_to_dict(self.config),
         }
+        if self.config.domain_files:
+            # The files' content, not only their names: an edited domain file is other settings.
+            settings["domain_files_sha256"] = [file_digest(path) for path in self.config.domain_files]
+        return settings
 
 
 def _read_shard(path: Path, expected: int) -> DatasetStats:

@@ -1,34 +1,21 @@
-"""The domain catalogue: each module defines one ``DOMAIN``; ``DOMAINS`` maps names to them."""
+"""The domain catalogue: ``DOMAINS`` maps names to every generatable domain registered as a plugin.
+
+Each built-in domain module defines one ``DOMAIN``, registered (like BFCL and third-party domains) as an entry point
+of the group ``clocktune.domains`` in ``pyproject.toml``; :mod:`data_gen.plugins` loads them. ``DOMAINS`` is read
+from that registry when it is first asked for, so that importing a domain module never loads all the others.
+"""
 
 from __future__ import annotations
 
-import importlib
+from typing import Any
 
-from data_gen.domains.base import Domain
-
-_MODULES = (
-    "banking",
-    "calendar",
-    "customer_support",
-    "restaurants",
-    "shopping",
-    "smart_home",
-    "travel",
-    "weather_news",
-)
+__all__ = ["DOMAINS"]
 
 
-def _load() -> dict[str, Domain]:
-    domains = {}
-    for module in _MODULES:
-        try:
-            domain = importlib.import_module(f"data_gen.domains.{module}").DOMAIN
-        except ModuleNotFoundError as error:
-            if error.name != f"data_gen.domains.{module}":
-                raise
-            continue
-        domains[domain.name] = domain
-    return domains
+def __getattr__(name: str) -> Any:
+    # Module attribute on demand (PEP 562): the registry imports the domain modules, which import this package.
+    if name == "DOMAINS":
+        from data_gen.plugins import generatable_domains
 
-
-DOMAINS: dict[str, Domain] = _load()
+        return generatable_domains()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,9 +10,10 @@ Each BFCL entry becomes one timeline: every user turn is spoken through the spee
 ground-truth calls are the gold reading the teacher plays out on the virtual clock against :class:`BfclBackend`
 (the BFCL classes themselves). Simplifications, stated so that users can judge the data:
 
-- BFCL has no information about what a partial utterance implies, so there are no speculative readings: the
-  teacher acts once the user has finished. The ``speculative`` teacher still runs consecutive read-only calls in
-  parallel, but keeps BFCL's order within a turn, since each call acts on the state the earlier ones leave (``cd``
+- BFCL states nothing about what a partial utterance implies, so each call's one reading is placed at its earliest
+  determinable point (``data_gen.determinable``: every argument value heard, or known from an earlier turn); a call
+  none of whose values is spoken waits for the end of the turn. The ``speculative`` teacher runs consecutive
+  read-only calls in parallel, but keeps BFCL's order within a turn, since each call acts on the state the earlier ones leave (``cd``
   then ``ls``): a call waits for the results of earlier state-changing calls, a state-changing call for all
   earlier calls (the planner's ``program_order`` option). The ``sync`` teacher makes one call at a time anyway.
 - ``multi_turn_miss_func``: every function of the involved classes is listed from the start, and the calls of

@@ -1,7 +1,12 @@
 """BFCL entries as tasks: reading a category's files, splitting entries into spoken turns, the agent's answers.
 
-BFCL has no readings of partial words, so every turn gets one gold reading at its last word. Its calls are the
-turn's ground truth; its answer summarises their results, as BFCL states no facts an answer must contain.
+BFCL has no readings of partial words. Each call is read at its earliest determinable point instead
+(``data_gen.determinable``: the first prefix of the turn's words that holds every argument value; a value said in
+an earlier turn of the entry is known from the start; a call with nothing to hear, or a value the words never hold,
+keeps the end of the turn), and the readings accumulate up to the gold one at the last word, which holds every call
+of the turn. The teacher still keeps BFCL's order (the planner's ``program_order``): before the end of speech it
+issues only the turn's leading read-only calls. The calls are the turn's ground truth; its answer summarises their
+results, as BFCL states no facts an answer must contain.
 """
 
 from __future__ import annotations
@@ -11,10 +16,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from data_gen.determinable import MISSING, Utterance, accumulate_readings, place
 from data_gen.importers.bfcl.calls import parse_call
 from data_gen.importers.bfcl.errors import BfclError
 from data_gen.importers.bfcl.wheel import read_jsonl
-from data_gen.task import Answer, AnswerFn, PlannedCall, Reading, Task, Turn
+from data_gen.task import Answer, AnswerFn, PlannedCall, Task, Turn
 
 __all__ = [
     "ASK_FOR_DETAILS",
@@ -168,20 +174,33 @@ def _answer(category: str, calls: list[PlannedCall]) -> AnswerFn:
     return answer
 
 
+def _determinable_at(call: PlannedCall, utterance: Utterance, context: Utterance) -> int:
+    def known(value: Any) -> Any:
+        # Values said in earlier turns stay literal: BFCL's calls never reference each other's results.
+        return value if context.heard_at(value) is not None else MISSING
+
+    at = place(call.arguments, utterance, known).at_word
+    return len(utterance.words) if at is None else at
+
+
 def build_task(category: str, turns: list[tuple[list[str], list[tuple[str, dict]]]]) -> Task:
-    """The task the teacher plays: per turn, the words and one gold reading at the last word.
+    """The task the teacher plays: per turn, the words and a reading at each call's determinable point.
 
     Args:
         category: BFCL category (the task kind).
         turns: From :func:`plan_turns`.
 
     Returns:
-        The task.
+        The task; each turn's last reading, at its last word, holds all its calls in BFCL's order.
     """
     task_turns = []
+    said: list[str] = []  # the entry's earlier turns: values said there are known from the start of a turn
     for index, (words, calls) in enumerate(turns):
+        utterance, context = Utterance(list(words)), Utterance(said)
         planned = [
             PlannedCall(f"t{index}c{number}", name, arguments) for number, (name, arguments) in enumerate(calls)
         ]
-        task_turns.append(Turn(list(words), [Reading(len(words), 1.0, planned)], _answer(category, planned)))
+        placed = [(_determinable_at(call, utterance, context), call) for call in planned]
+        task_turns.append(Turn(list(words), accumulate_readings(placed, len(words)), _answer(category, planned)))
+        said += words
     return Task(category, task_turns)

@@ -1,4 +1,11 @@
-"""Playing BFCL entries out as timelines, and importing a whole category in the generator's dataset layout."""
+"""Playing BFCL entries out as timelines, and importing a whole category in the generator's dataset layout.
+
+Each turn's calls are read at their earliest determinable point (``entries.build_task`` with
+``data_gen.determinable``, the rule ``import-chat`` uses too), and the teacher keeps BFCL's program order
+(``Simulation(program_order=True)``): before the user has finished it issues only a turn's leading read-only calls
+whose arguments have been heard; state-changing calls, and everything after one, still wait for the final chunk
+and the commit.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,368 @@
+"""The earliest determinable point of a call: the first prefix of the user's words that fixes all its arguments.
+
+Importers of recorded conversations (``data_gen.importers.chat``) and of BFCL (``data_gen.importers.bfcl``) know
+the calls a turn made but not when, in the user's words, each became knowable. Both place each call with this one
+rule, so that the speculative teacher and the oracle may act on it before the user has finished:
+
+**The rule.** A call's argument *values* are its scalar leaves: strings and numbers anywhere inside its arguments
+(list items and nested objects included; object keys, booleans and ``null`` are not values, since nobody speaks
+them, and neither is a string without letters or digits). A value is *heard* after ``k`` words when its normalised
+form occurs as a contiguous run of normalised tokens within the first ``k`` words of the turn; the earliest such
+``k`` counts. A value the words never hold may be *available* instead (said in an earlier turn, or held by an
+earlier call's result): the importer decides that, and what the argument becomes (a literal, a ``$ref``). The call
+is determinable at the largest ``k`` over its heard values, provided every value is heard or available and at least
+one is heard. Otherwise (a value from nowhere, or nothing at all heard in this turn: no arguments, only flags, only
+earlier values) nothing in the words marks when the intent became clear, and the call waits for the end of the
+turn, where the importers placed every call before this rule.
+
+**Normalisation** (:func:`tokens`, :func:`value_forms`):
+
+- text is NFKC-normalised and lower-cased; tokens are runs of letters or of digits (``3.5`` is one token), so
+  punctuation, quotes, underscores, hyphens and spaces only separate: ``"final_report.pdf"`` is
+  ``final report pdf`` and matches the words ``'final_report.pdf'``; digits in groups of three after a comma join
+  (``1,000`` is ``1000``);
+- numbers are compared as numbers: ``3``, ``3.0`` and ``three`` are all ``3``; runs of number words combine
+  (``twenty five`` is ``25``, ``two hundred`` is ``200``, ``one thousand five hundred`` is ``1500``); ordinals are
+  their number (``third``, ``3rd`` are ``3``), and ``a``/``and`` are not numbers;
+- month abbreviations are their month (``sept`` is ``september``);
+- an ISO date value (``2026-03-09``) is heard as that date, as its month and day in either order (``march 9``,
+  ``9th of march``, ``march ninth``), or as its weekday name (``monday``): users name days, not dates.
+
+Matching is by first occurrence, so a value that also occurs earlier by coincidence ("one of the three rooms")
+places the call early; the normalised forms of :func:`canonical` also let a recorded-response backend match a
+call whose arguments differ from the recorded ones only in case, punctuation or number spelling.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import unicodedata
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from data_gen.task import PlannedCall, Reading
+
+__all__ = [
+    "MISSING",
+    "Placement",
+    "Utterance",
+    "accumulate_readings",
+    "canonical",
+    "leaves",
+    "place",
+    "tokens",
+    "value_forms",
+]
+
+_TOKEN = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|\d+(?:\.\d+)?(?:st|nd|rd|th)?|[^\W\d_]+")
+_ORDINAL_DIGITS = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
+
+_UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]  # fmt: skip
+_TENS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+_ORDINALS = ["zeroth", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
+             "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth", "eighteenth",
+             "nineteenth"]  # fmt: skip
+_SMALL: dict[str, int] = {word: value for value, word in enumerate(_UNITS)}
+_SMALL.update({word: 20 + 10 * index for index, word in enumerate(_TENS)})
+_SMALL.update({word: value for value, word in enumerate(_ORDINALS)})
+_SMALL.update({word[:-1] + "ieth": 20 + 10 * index for index, word in enumerate(_TENS)})  # twentieth, thirtieth
+_ORDINAL_WORDS = frozenset(_ORDINALS) | {word[:-1] + "ieth" for word in _TENS}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+_MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december"]  # fmt: skip
+_MONTH_ALIASES = {name[:3]: name for name in _MONTHS} | {"sept": "september"}
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_ISO_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+
+# A leaf the importer cannot make available: ``place``'s ``available`` returns it for "not available".
+MISSING: Any = object()
+
+
+def _number(text: str) -> str:
+    # One spelling per number: 3, 3.0 and 3.00 are "3"; 3.50 is "3.5".
+    value = float(text)
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+@dataclass(frozen=True)
+class _Token:
+    text: str
+    word: int  # index of the word the token ends in
+    start: int  # character span in the source text
+    end: int
+
+
+def _raw_tokens(text: str) -> list[tuple[str, int, int]]:
+    # (token, start, end) in the lower-cased NFKC text; thousands separators are dropped from the token only.
+    text = unicodedata.normalize("NFKC", text).lower()
+    return [(match.group().replace(",", ""), match.start(), match.end()) for match in _TOKEN.finditer(text)]
+
+
+def _number_run(raw: list[tuple[str, int, int, int]], index: int) -> tuple[int, int]:
+    """Parses the number words from ``raw[index]`` on; returns (value, index after the run)."""
+    total, current, last = 0, 0, index
+    while last < len(raw):
+        text = raw[last][0]
+        if text in _SMALL:
+            value = _SMALL[text]
+            below_hundred = current % 100
+            # "twenty five" joins; "five six", "twenty thirty" and "ten five" are separate numbers.
+            joins = below_hundred == 0 or (below_hundred >= 20 and below_hundred % 10 == 0 and value < 10)
+            if last > index and not joins:
+                break
+            current += value
+            last += 1
+            if text in _ORDINAL_WORDS:
+                break  # an ordinal ends a number ("first second" is two)
+        elif text in _SCALES and last > index and (current or total):
+            scale = _SCALES[text]
+            if scale == 100:
+                if current % 100 == 0 and current:
+                    break  # "two hundred hundred"
+                current = (current - current % 100) + (current % 100) * 100
+            else:
+                total, current = total + max(current, 1) * scale, 0
+            last += 1
+        else:
+            break
+    return total + current, last
+
+
+def _canonical_tokens(raw: list[tuple[str, int, int, int]]) -> list[_Token]:
+    """Turns raw (text, word, start, end) tokens into canonical ones: numbers, ordinals, months."""
+    result: list[_Token] = []
+    index = 0
+    while index < len(raw):
+        text, word, start, end = raw[index]
+        if text in _SMALL:
+            value, after = _number_run(raw, index)
+            result.append(_Token(str(value), raw[after - 1][1], start, raw[after - 1][3]))
+            index = after
+            continue
+        ordinal = _ORDINAL_DIGITS.match(text)
+        if ordinal:
+            text = ordinal.group(1)
+        if text[0].isdigit():
+            text = _number(text)
+        else:
+            text = _MONTH_ALIASES.get(text, text)
+        result.append(_Token(text, word, start, end))
+        index += 1
+    return result
+
+
+def tokens(text: str) -> list[str]:
+    """The normalised tokens of a text (see the module docstring).
+
+    Args:
+        text: Any text: a value, a sentence.
+
+    Returns:
+        The canonical tokens, e.g. ``["book", "3", "seats", "march", "9"]`` for ``"Book three seats, Mar 9th!"``.
+    """
+    raw = [(token, 0, start, end) for token, start, end in _raw_tokens(text)]
+    return [token.text for token in _canonical_tokens(raw)]
+
+
+def value_forms(value: Any) -> list[list[str]]:
+    """The token sequences that count as hearing a value.
+
+    Args:
+        value: A scalar argument value.
+
+    Returns:
+        Alternative forms (each a token list); empty when the value is not something a user says (booleans,
+        ``None``, containers, strings without letters or digits).
+    """
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [[_number(repr(value) if isinstance(value, float) else str(value))]]
+    if not isinstance(value, str):
+        return []
+    forms = [tokens(value)] if tokens(value) else []
+    match = _ISO_DATE.match(value.strip())
+    if match:
+        try:
+            date = datetime.date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+        except ValueError:
+            return forms
+        month, day = _MONTHS[date.month - 1], str(date.day)
+        forms += [[month, day], [day, month], [day, "of", month], [_WEEKDAYS[date.weekday()]]]
+    return forms
+
+
+class Utterance:
+    """A text as normalised tokens that remember the word they end in, for finding where a value is heard.
+
+    Args:
+        words: The text's words (as the speech model speaks them: whitespace-separated).
+    """
+
+    def __init__(self, words: list[str]):
+        self.words = list(words)
+        self.text = " ".join(self.words)
+        raw, offset = [], 0
+        for word_index, word in enumerate(self.words):
+            for token, start, end in _raw_tokens(word):
+                raw.append((token, word_index, offset + start, offset + end))
+            offset += len(word) + 1
+        self.tokens = _canonical_tokens(raw)
+        self._texts = [token.text for token in self.tokens]
+
+    @classmethod
+    def of(cls, text: str) -> Utterance:
+        """The utterance of a text split on whitespace."""
+        return cls(text.split())
+
+    def _find(self, form: list[str]) -> int | None:
+        # Index of the last token of the first occurrence of ``form``, or None.
+        size = len(form)
+        for start in range(len(self._texts) - size + 1):
+            if self._texts[start : start + size] == form:
+                return start + size - 1
+        return None
+
+    def heard_at(self, value: Any) -> int | None:
+        """After how many words the value has first been heard, or ``None`` if it never is.
+
+        Args:
+            value: A scalar value.
+
+        Returns:
+            ``k`` such that the first ``k`` words hold one of the value's forms, the smallest such ``k``.
+        """
+        ends = [self._find(form) for form in value_forms(value)]
+        ends = [self.tokens[end].word + 1 for end in ends if end is not None]
+        return min(ends) if ends else None
+
+    def span(self, value: Any) -> str | None:
+        """The text in which the value is first heard, exactly as written (for answer facts), or ``None``."""
+        best: tuple[int, int] | None = None
+        for form in value_forms(value):
+            end = self._find(form)
+            if end is not None and (best is None or end < best[1]):
+                best = (end - len(form) + 1, end)
+        if best is None:
+            return None
+        return self.text[self.tokens[best[0]].start : self.tokens[best[1]].end]
+
+
+def leaves(arguments: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Yields ``(dotted path, value)`` for every scalar inside an arguments object (list indices as numbers).
+
+    Args:
+        arguments: Any JSON value.
+        path: The path of ``arguments`` itself.
+
+    Yields:
+        The leaves, booleans and ``None`` included (:func:`value_forms` ignores them).
+    """
+    if isinstance(arguments, dict):
+        for key, value in arguments.items():
+            yield from leaves(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(arguments, list):
+        for index, value in enumerate(arguments):
+            yield from leaves(value, f"{path}.{index}" if path else str(index))
+    else:
+        yield path, arguments
+
+
+@dataclass
+class Placement:
+    """Where a call becomes determinable, and its arguments with available values filled in.
+
+    Args:
+        at_word: The earliest determinable point, or ``None`` when the words never determine the call (then it
+            belongs at the end of the turn).
+        arguments: The arguments, each value that was not heard replaced by what ``available`` returned for it.
+        unresolved: Paths of values neither heard nor available.
+    """
+
+    at_word: int | None
+    arguments: Any
+    unresolved: list[str] = field(default_factory=list)
+
+
+def place(arguments: Any, utterance: Utterance, available: Callable[[Any], Any] | None = None) -> Placement:
+    """Applies the rule of the module docstring to one call.
+
+    Args:
+        arguments: The call's arguments as recorded.
+        utterance: The turn's words.
+        available: For a value the words do not hold: what the argument becomes when the value is available
+            otherwise (the value itself, a ``{"$ref": ...}``), or :data:`MISSING`. ``None``: nothing is.
+
+    Returns:
+        The placement.
+    """
+    heard: list[int] = []
+    unresolved: list[str] = []
+
+    def visit(value: Any, path: str) -> Any:
+        if isinstance(value, dict):
+            return {key: visit(item, f"{path}.{key}" if path else str(key)) for key, item in value.items()}
+        if isinstance(value, list):
+            return [visit(item, f"{path}.{index}" if path else str(index)) for index, item in enumerate(value)]
+        if not value_forms(value):
+            return value  # flags and nulls: nothing to hear
+        at = utterance.heard_at(value)
+        if at is not None:
+            heard.append(at)
+            return value
+        replacement = MISSING if available is None else available(value)
+        if replacement is MISSING:
+            unresolved.append(path or "$")
+            return value
+        return replacement
+
+    filled = visit(arguments, "")
+    at_word = max(heard) if heard and not unresolved else None
+    return Placement(at_word, filled, unresolved)
+
+
+def accumulate_readings(placed: list[tuple[int, PlannedCall]], words: int) -> list[Reading]:
+    """Readings that add each call at its determinable point and keep every earlier one (confidence 1.0).
+
+    Args:
+        placed: ``(at_word, call)`` in the turn's order (the gold order); ``at_word`` at most ``words``.
+        words: Number of words of the turn: the last reading, the gold one, is there and holds every call.
+
+    Returns:
+        The readings ordered by ``at_word``, calls in the gold order within each.
+    """
+    points = sorted({min(at, words) for at, _ in placed if at < words})
+    readings = [Reading(k, 1.0, [call for at, call in placed if at <= k]) for k in points]
+    readings.append(Reading(words, 1.0, [call for _, call in placed]))
+    return readings
+
+
+def canonical(value: Any) -> str:
+    """A normalised JSON text of a value, equal for values that differ only as the rule allows.
+
+    Strings become their normalised tokens joined by spaces, numbers their one spelling (so ``"three"``, ``3``
+    and ``3.0`` agree), object keys are sorted; booleans and ``None`` stay as they are.
+
+    Args:
+        value: Any JSON value (e.g. a call's arguments).
+
+    Returns:
+        The canonical text.
+    """
+
+    def norm(item: Any) -> Any:
+        if isinstance(item, dict):
+            return {str(key): norm(sub) for key, sub in item.items()}
+        if isinstance(item, list):
+            return [norm(sub) for sub in item]
+        if isinstance(item, bool) or item is None:
+            return item
+        if isinstance(item, (int, float)):
+            return _number(repr(item) if isinstance(item, float) else str(item))
+        return " ".join(tokens(str(item)))
+
+    return json.dumps(norm(value), sort_keys=True)
