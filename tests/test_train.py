@@ -196,6 +196,7 @@ def test_recipe_runs_under_accelerate_launch_on_cpu(tmp_path, timelines):
         ("packing", True, "packing"),
         ("remove_unused_columns", True, "remove_unused_columns"),
         ("max_length", None, "max_length"),
+        ("live_eval_steps", 3, "live_eval_data"),
     ],
 )
 def test_clock_config_rejects_bad_values(tmp_path, field, value, words):

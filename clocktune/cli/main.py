@@ -158,8 +158,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         The exit status, 0.
     """
     from clocktune.train.sft import run
+    from data_gen.backends import make_backend
 
-    run(args.recipe_args)
+    # The generator's backends serve the sessions of the live evaluation (`live_eval_steps`).
+    run(args.recipe_args, backends=make_backend)
     return 0
 
 
@@ -172,7 +174,8 @@ def cmd_push(args: argparse.Namespace) -> int:
     Returns:
         The exit status, 0.
     """
-    from clocktune.hub import card_info_for, push_checkpoint
+    from clocktune.hub import push_checkpoint
+    from clocktune.model_card import card_info_for
 
     card_info = card_info_for(args.checkpoint, args.dataset, args.dataset_stats, args.eval_summary)
     url = push_checkpoint(

@@ -70,6 +70,22 @@ class ClockSFTConfig(SFTConfig):
 
         max_timelines (`int`, *optional*):
             Use at most this many training timelines (the first ones), for quick runs.
+
+        > Parameters that control live evaluation
+
+        live_eval_steps (`int`, *optional*, defaults to `0`):
+            Every this many optimizer steps, and once more when training ends, play held-out dialogues live in the
+            runtime with the model being trained and log live accuracy, response latency and failures by type
+            (`live/accuracy`, `live/latency_p50_s`, `live/failures/<reason>`, ...; docs/design.md §8). `0` turns it
+            off. Each session takes seconds on a CPU: 20 sessions of the embedded model take about 90 s.
+        live_eval_sessions (`int`, *optional*, defaults to `20`):
+            How many timelines of `live_eval_data` to play (the first ones, the same at every evaluation).
+        live_eval_data (`list[str]`, *optional*):
+            Timeline files or folders (`.jsonl`/`.parquet`) of held-out dialogues. Required when `live_eval_steps`
+            is above 0.
+        live_eval_profile (`str`, *optional*, defaults to `"phone-135m"`):
+            Compute profile the virtual clock charges the model's prefill and decode: a built-in profile
+            (`h200-3b`, `laptop-cpu-3b`, `phone-135m`) or a profile YAML written by `clocktune profile`.
     """
 
     time_codec: str = field(
@@ -91,6 +107,16 @@ class ClockSFTConfig(SFTConfig):
         default=None, metadata={"help": 'Loss weight per action type, e.g. {"modify_cancel": 5.0}; others 1.'}
     )
     max_timelines: int | None = field(default=None, metadata={"help": "Use at most this many training timelines."})
+    live_eval_steps: int = field(
+        default=0, metadata={"help": "Play held-out dialogues live every N optimizer steps and at the end; 0: off."}
+    )
+    live_eval_sessions: int = field(default=20, metadata={"help": "Timelines of live_eval_data to play live."})
+    live_eval_data: list[str] | None = field(
+        default=None, metadata={"help": "Timeline files or folders of held-out dialogues for live evaluation."}
+    )
+    live_eval_profile: str = field(
+        default="phone-135m", metadata={"help": "Device profile of the live evaluation: a built-in name or a YAML."}
+    )
 
     # SFTConfig fields whose defaults differ here.
     packing: bool = field(default=False, metadata={"help": "Must stay False: clocktune's collator packs."})
@@ -120,6 +146,7 @@ class ClockSFTConfig(SFTConfig):
                 raise ValueError(f"action_loss_weights: the weight of {name!r} must be at least 0, got {weight}")
         if self.max_timelines is not None and self.max_timelines < 1:
             raise ValueError(f"max_timelines must be at least 1, got {self.max_timelines}")
+        self._check_live_eval()
         self.dataset_kwargs = {**(self.dataset_kwargs or {}), "skip_prepare_dataset": True}
         if self.bf16 is None and not self.fp16:
             # TRL turns bf16 on by default, which transformers rejects on a machine without a GPU.
@@ -130,3 +157,28 @@ class ClockSFTConfig(SFTConfig):
         # Checked after TrainingArguments resolves `gradient_checkpointing` into `activation_checkpointing`.
         if self.cache_prompt and self.activation_checkpointing:
             raise ValueError("cache_prompt needs gradient_checkpointing off: checkpointed layers drop the KV cache")
+
+    def _check_live_eval(self) -> None:
+        """Refuses live-evaluation settings that would fail only after the first ``live_eval_steps`` steps."""
+        if isinstance(self.live_eval_data, str):
+            # A YAML scalar (`live_eval_data: data/eval`) reaches a list field unsplit.
+            self.live_eval_data = [self.live_eval_data]
+        if self.live_eval_steps < 0:
+            raise ValueError(
+                f"live_eval_steps must be at least 0 (0 turns live evaluation off), got {self.live_eval_steps}"
+            )
+        if self.live_eval_sessions < 1:
+            raise ValueError(f"live_eval_sessions must be at least 1, got {self.live_eval_sessions}")
+        if self.live_eval_steps == 0:
+            return
+        if not self.live_eval_data:
+            raise ValueError(
+                f"live_eval_steps is {self.live_eval_steps} but live_eval_data is not set: live evaluation plays "
+                "held-out timelines; pass their files or folders in live_eval_data, or set live_eval_steps to 0"
+            )
+        from clocktune.runtime.device_profiles import load_device_profile
+
+        try:
+            load_device_profile(self.live_eval_profile)
+        except ValueError as error:
+            raise ValueError(f"live_eval_profile: {error}") from error

@@ -10,18 +10,24 @@ Usage:
 Steps: extend the base tokenizer with action markers and clock tokens, render the timelines with the shared
 renderer, then train with ``ClockSFTTrainer`` (streaming masks, packing without splitting timelines). LoRA runs
 train the new token rows through PEFT ``trainable_token_indices``. A run started again with the same command resumes
-from the last checkpoint in ``output_dir``.
+from the last checkpoint in ``output_dir``. With ``live_eval_steps`` set, the model also plays held-out dialogues
+live in the runtime every so many steps (:mod:`clocktune.train.live_eval`); the tool backends of those sessions come
+from the caller (``backends``), as the train layer does not know the generator's domains.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from clocktune.models import resolve_model_path
 from clocktune.train.config import ClockSFTConfig
+
+if TYPE_CHECKING:
+    from clocktune.tools import BackendFactory
 
 
 @dataclass
@@ -35,6 +41,14 @@ class TimelineDataArguments:
 
     train_data: list[str] = field(default_factory=list, metadata={"help": "Timeline files or folders to train on."})
     eval_data: list[str] | None = field(default=None, metadata={"help": "Timeline files or folders to evaluate on."})
+
+    def __post_init__(self) -> None:
+        # A YAML scalar (`train_data: data/demo`) reaches a list field unsplit, and a string would be read as its
+        # characters' paths.
+        if isinstance(self.train_data, str):
+            self.train_data = [self.train_data]
+        if isinstance(self.eval_data, str):
+            self.eval_data = [self.eval_data]
 
 
 def infer_model_format(model_type: str, tokenizer) -> str:
@@ -91,6 +105,7 @@ def main(
     training_args: ClockSFTConfig,
     model_args: ModelConfig,
     callbacks: list | None = None,
+    backends: BackendFactory | None = None,
 ):
     """Trains and saves the model.
 
@@ -99,9 +114,14 @@ def main(
         training_args: Trainer and clock settings.
         model_args: Base model and LoRA settings.
         callbacks: Extra ``TrainerCallback`` objects.
+        backends: Builds the tool backend of each live-evaluation session (``data_gen.backends.make_backend``);
+            needed when ``training_args.live_eval_steps`` is above 0.
 
     Returns:
         The ``ClockSFTTrainer`` after training (its model is the trained one).
+
+    Raises:
+        ValueError: When ``train_data`` is empty, or live evaluation is asked for without ``backends``.
     """
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -110,6 +130,17 @@ def main(
 
     if not data_args.train_data:
         raise ValueError("train_data is empty: pass timeline files or folders")
+    live_eval = None
+    if training_args.live_eval_steps > 0:
+        from clocktune.train.live_eval import load_live_eval_inputs
+
+        if backends is None:
+            raise ValueError(
+                "live_eval_steps is set but no tool backends were given: call main(..., backends=...) with a "
+                "BackendFactory (clocktune train and recipes/sft.py pass data_gen.backends.make_backend)"
+            )
+        # Before the model loads: a wrong path or profile fails in seconds, not after the first evaluation steps.
+        live_eval = load_live_eval_inputs(training_args)
     model, tokenizer, model_format, new_token_ids = load_model_and_tokenizer(training_args, model_args)
     peft_config = get_peft_config(model_args)
     if peft_config is not None:
@@ -132,6 +163,12 @@ def main(
         peft_config=peft_config,
         callbacks=callbacks,
     )
+    if live_eval is not None:
+        from clocktune.train.live_eval import LiveEvalCallback
+
+        # Added after the trainer exists: the callback logs through it.
+        timelines, device = live_eval
+        trainer.add_callback(LiveEvalCallback(trainer, timelines, backends, training_args.live_eval_steps, device))
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint is None and os.path.isdir(training_args.output_dir):
         checkpoint = get_last_checkpoint(training_args.output_dir)
@@ -139,6 +176,18 @@ def main(
         trainer.accelerator.print(f"Resuming from {checkpoint}")
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        from clocktune.train.record import write_training_record
+
+        # The base and the data as the recipe names them: a checkpoint records only the path its base came from.
+        write_training_record(
+            training_args.output_dir,
+            model_args.model_name_or_path,
+            list(data_args.train_data),
+            max_steps=trainer.state.global_step,
+            model_format=model_format,
+            time_codec=training_args.time_codec,
+        )
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=",".join(data_args.train_data))
@@ -150,11 +199,15 @@ def make_parser() -> TrlParser:
     return TrlParser((TimelineDataArguments, ClockSFTConfig, ModelConfig))
 
 
-def run(argv: list[str] | None = None):
+def run(argv: list[str] | None = None, backends: BackendFactory | None = None):
     """Parses ``argv`` (``--config FILE`` and overrides) and trains; the entry point of the recipe and the CLI.
+
+    Args:
+        argv: Command-line arguments; ``sys.argv[1:]`` when ``None``.
+        backends: Tool backends of live-evaluation sessions (see :func:`main`).
 
     Returns:
         The trainer after training.
     """
     data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
-    return main(data_args, training_args, model_args)
+    return main(data_args, training_args, model_args, backends=backends)

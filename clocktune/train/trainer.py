@@ -17,6 +17,7 @@ What it changes in ``SFTTrainer``:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -69,6 +70,27 @@ class ClockSFTTrainer(SFTTrainer):
         # Loss weight per action code (ACTION_TYPES order), or None for the plain token mean.
         weights = args.action_loss_weights
         self._action_weights = torch.tensor([weights.get(name, 1.0) for name in ACTION_TYPES]) if weights else None
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Saves like the Trainer, except that a LoRA adapter holds only its own weights and the new token rows.
+
+        Adding the clock tokens resizes the embedding, and PEFT then saves the whole embedding and head in the adapter
+        (242 MiB at 135M parameters). Every new row is a trainable token (``trainable_token_indices``) whose trained
+        values the adapter stores anyway, so the adapter needs nothing else: a loader resizes the base to the
+        tokenizer (``AutoPeftModelForCausalLM`` does) and the adapter writes those rows.
+        """
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+        config = getattr(model, "peft_config", {}).get("default")
+        if config is None or not getattr(config, "trainable_token_indices", None):
+            super()._save(output_dir, state_dict)
+            return
+        save = model.save_pretrained
+        # The Trainer calls save_pretrained with its own arguments; this instance attribute adds one to them.
+        model.save_pretrained = functools.partial(save, save_embedding_layers=False)
+        try:
+            super()._save(output_dir, state_dict)
+        finally:
+            del model.save_pretrained
 
     def _attention_kwargs(self, meta: dict[str, torch.Tensor], dtype: torch.dtype, prefix: int) -> dict[str, Any]:
         """The attention inputs for this batch, built where the batch lives, for the queries after ``prefix``."""
