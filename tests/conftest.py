@@ -19,3 +19,19 @@ def generated(tmp_path_factory):
     sync_config = GeneratorConfig(teacher="sync")
     sync = [generate_dialogue(i, 0, sync_config, domains) for i in range(300)]
     return speculative, sync
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """A running mock Hub with huggingface_hub pointed at it (tests/test_hub.py says how) and near-zero backoff."""
+    from huggingface_hub import constants
+
+    import clocktune.hub as hub_module
+    from tests.mock_hub import MockHub
+
+    with MockHub() as mock:
+        monkeypatch.setattr(constants, "ENDPOINT", mock.url)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setenv("HF_TOKEN", "hf_test")
+        monkeypatch.setattr(hub_module, "RETRY_BASE_DELAY_S", 0.01)
+        yield mock

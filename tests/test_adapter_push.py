@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from huggingface_hub import constants
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import clocktune.hub as hub_module
 from clocktune.hub import push_checkpoint
 from clocktune.model_card import card_info_for
 from clocktune.models import EMBEDDED_HUB_ID
@@ -19,7 +17,6 @@ from clocktune.train.record import TRAINING_RECORD, read_training_record
 from data_gen.config import GeneratorConfig
 from data_gen.generate import generate_dialogue
 from data_gen.writer import GenerationJob, run_generation
-from tests.mock_hub import MockHub
 from tests.test_hub import _card
 from tests.test_train import sft_args, tiny_model_dir
 
@@ -32,16 +29,6 @@ SUMMARY = {
     "speedup_p50": 1.21,
     "profile": "phone-135m",
 }
-
-
-@pytest.fixture
-def hub(monkeypatch):
-    with MockHub() as mock:
-        monkeypatch.setattr(constants, "ENDPOINT", mock.url)
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setenv("HF_TOKEN", "hf_test")
-        monkeypatch.setattr(hub_module, "RETRY_BASE_DELAY_S", 0.01)
-        yield mock
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -24,6 +24,7 @@ from clocktune.runtime.openai_policy import OpenAIChatPolicy, openai_policy_fact
 from clocktune.timeline.events import Timeline
 from data_gen.config import GeneratorConfig
 from data_gen.generate import generate_dialogue
+from tests.loopback_server import LoopbackServer
 from tests.test_openai_policy import MODEL, WAIT, MockServer, completion, notices, play
 
 KEY = "sk-test"
@@ -53,17 +54,12 @@ class Server:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.loopback = LoopbackServer(Handler)
+        self.httpd, self.base_url = self.loopback.httpd, self.loopback.base_url
 
     def close(self) -> None:
         self.stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
+        self.loopback.close()
 
 
 @pytest.fixture

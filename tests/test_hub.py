@@ -29,7 +29,6 @@ from peft import LoraConfig, get_peft_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from clocktune import hub as hub_module
 from clocktune.hub import HubPushError, push_checkpoint, push_dataset
 from tests.mock_hub import MockHub
 from tests.tiny_models import TINY
@@ -45,17 +44,6 @@ CARD_INFO = {
     "clock": {"time_codec": "abs_bins", "model_format": "chatml"},
     "eval": {"task_success": 0.875, "response_latency_s_p50": 0.92},
 }
-
-
-@pytest.fixture
-def hub(monkeypatch):
-    """A running mock Hub with huggingface_hub pointed at it (see the module docstring) and near-zero backoff."""
-    with MockHub() as mock:
-        monkeypatch.setattr(constants, "ENDPOINT", mock.url)
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setenv("HF_TOKEN", "hf_test")
-        monkeypatch.setattr(hub_module, "RETRY_BASE_DELAY_S", 0.01)
-        yield mock
 
 
 def _tokenizer() -> PreTrainedTokenizerFast:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from itertools import pairwise
 from typing import Any
 
@@ -29,6 +28,7 @@ from clocktune.timeline.events import Event, Timeline
 from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
 from data_gen.generate import generate_dialogue
+from tests.loopback_server import LoopbackServer
 
 MODEL = "mock-model"
 KEY = "sk-test"
@@ -90,15 +90,11 @@ class MockServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.loopback = LoopbackServer(Handler)
+        self.httpd, self.base_url = self.loopback.httpd, self.loopback.base_url
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.loopback.close()
 
 
 @pytest.fixture
