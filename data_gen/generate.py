@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import random
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
-from clocktune.timeline.events import Timeline
+from clocktune.timeline.events import Timeline, ToolSchema
 from data_gen.config import GeneratorConfig
 from data_gen.declarative import load_domain_file
 from data_gen.domains.base import Domain
 from data_gen.no_tool import no_tool
 from data_gen.planner import simulate
 from data_gen.plugins import generatable_domains, plugin_errors
-from data_gen.task import TaskContext
+from data_gen.task import Task, TaskContext
 
 
 def dialogue_seed(seed: int, index: int) -> int:
@@ -53,6 +54,53 @@ def select_domains(config: GeneratorConfig) -> list[Domain]:
     return chosen + [domain for domain in files if domain.name not in names]
 
 
+@dataclass
+class DialogueTask:
+    """What a dialogue's own seed decides before any agent acts: the domain, its tools, the backend's initial state
+    and the task (the user's words, the readings they allow, the gold calls and the answer).
+
+    Args:
+        domain: The domain drawn.
+        tools: The domain's tools with the config's latency models.
+        initial_state: The backend's state before the dialogue (the grammar reads it; nobody may modify it).
+        task: What the grammar wrote.
+    """
+
+    domain: Domain
+    tools: list[ToolSchema]
+    initial_state: dict[str, Any]
+    task: Task
+
+
+def dialogue_task(own_seed: int, config: GeneratorConfig, domains: list[Domain] | None = None) -> DialogueTask:
+    """Rebuilds a dialogue's domain, initial state and task from its own seed (``Timeline.seed``).
+
+    The draws are those :func:`generate_dialogue` makes, in the same order, so an expert can recover the privileged
+    task of any generated timeline from its header and the config it was generated with.
+
+    Args:
+        own_seed: The dialogue's seed (:func:`dialogue_seed` of the run seed and the index).
+        config: Generator config the dialogue was (or will be) generated with.
+        domains: Domains to draw from; defaults to :func:`select_domains`.
+
+    Returns:
+        The dialogue's task.
+    """
+    domains = domains or select_domains(config)
+    rng = random.Random(f"{own_seed}:task")
+    domain = domains[rng.randrange(len(domains))]
+    state = domain.initial_state(random.Random(f"{own_seed}:state"))
+    context = TaskContext(rng, state, config.planner.threshold, config.planner.early_wrong_rate)
+    # A no-tool request names two of the domain's tools; a one-tool declarative domain always gets a task.
+    if rng.random() < config.no_tool_rate and len(domain.tools) >= 2:
+        task = no_tool(context, domain)
+    else:
+        grammars, weights = zip(*domain.grammars, strict=True)
+        task = rng.choices(grammars, weights)[0](context)
+    tools = [replace(tool, latency=config.tools.apply(tool.latency.median_s)) for tool in domain.tools]
+    return DialogueTask(domain, tools, state, task)
+
+
 def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: list[Domain] | None = None) -> Timeline:
     """Generates dialogue ``index`` of the run seeded with ``seed``; the same arguments give the same timeline.
 
@@ -65,27 +113,17 @@ def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: l
     Returns:
         The timeline.
     """
-    domains = domains or select_domains(config)
     own_seed = dialogue_seed(seed, index)
-    rng = random.Random(f"{own_seed}:task")
-    domain = domains[rng.randrange(len(domains))]
-    state = domain.initial_state(random.Random(f"{own_seed}:state"))
-    context = TaskContext(rng, state, config.planner.threshold, config.planner.early_wrong_rate)
-    # A no-tool request names two of the domain's tools; a one-tool declarative domain always gets a task.
-    if rng.random() < config.no_tool_rate and len(domain.tools) >= 2:
-        task = no_tool(context, domain)
-    else:
-        grammars, weights = zip(*domain.grammars, strict=True)
-        task = rng.choices(grammars, weights)[0](context)
-    tools = [replace(tool, latency=config.tools.apply(tool.latency.median_s)) for tool in domain.tools]
-    events, ground_truth = simulate(domain, tools, task, state, config, own_seed, config.teacher)
+    drawn = dialogue_task(own_seed, config, domains)
+    domain, task, state = drawn.domain, drawn.task, drawn.initial_state
+    events, ground_truth = simulate(domain, drawn.tools, task, state, config, own_seed, config.teacher)
     return Timeline(
         id=f"{seed}-{index:07d}",
         domain=domain.name,
         task=task.kind,
         seed=own_seed,
         teacher=config.teacher,
-        tools=tools,
+        tools=drawn.tools,
         initial_state=state,
         ground_truth=ground_truth,
         events=events,
