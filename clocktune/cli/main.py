@@ -271,8 +271,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     loaded = {path: load_policy_model(path) for path in {args.model, baseline_model} if is_checkpoint(path)}
     compare_policies(
         timelines,
-        policy_spec(args.policy, args.model, loaded.get(args.model), endpoint),
-        policy_spec(args.baseline, baseline_model, loaded.get(baseline_model), endpoint),
+        policy_spec(args.policy, args.model, loaded.get(args.model), endpoint, args.constrained),
+        policy_spec(args.baseline, baseline_model, loaded.get(baseline_model), endpoint, args.constrained),
         make_backend,
         config,
         args.out,
@@ -287,6 +287,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "model_stamp": checkpoint_stamp(args.model),
             "baseline_model": baseline_model,
             "baseline_model_stamp": checkpoint_stamp(baseline_model),
+            "constrained": args.constrained,
         },
     )
     sessions = ", sessions_<policy>.jsonl" if args.session_logs else ""
@@ -410,6 +411,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--session-logs",
         action="store_true",
         help="also write each session's log as a timeline (OUT/sessions_<policy>.jsonl; several times the data's size)",
+    )
+    evaluate.add_argument(
+        "--constrained",
+        action="store_true",
+        help="decode a checkpoint's actions under the grammar of valid actions (needs the `constrained` extra)",
     )
     evaluate.set_defaults(func=cmd_eval)
 

@@ -11,6 +11,13 @@ Attention over the cache follows the streaming mask (docs/design.md §4): each f
 still visible at its time, and to itself, through an additive 4D mask; hidden partials and superseded results
 stop being attended the moment they are hidden.
 
+With ``constrained=True`` actions are decoded under a grammar of the actions valid now
+(``clocktune.runtime.action_grammar``): the format's markers, the timeline's tools and their argument schemas, the
+open call ids, a fresh id for a new call, ``$ref`` only to calls that exist, so that a malformed or impossible action
+cannot be produced. It is off by default because it did not pay: the demo's trained model writes no malformed action
+(0 notices in 20 live sessions), its mistakes are well-formed wrong choices, and under the grammar it completed the
+same 5 of 20 tasks (BENCHMARKS.md "Constrained decoding"). It is for models that do write broken actions.
+
 Every session over the same tools starts with the same system prompt (hundreds of tokens of tool schemas), so the
 policies of one model share its prefilled cache and each session starts from a copy, as serving engines' prefix
 caches do.
@@ -30,6 +37,7 @@ import torch
 from clocktune.actions import ActionParseError, parse_action
 from clocktune.clock import FIRST_WORDS_TOKENS
 from clocktune.render import Renderer
+from clocktune.runtime.action_grammar import CallBook, GrammarMatcher, action_grammar, start_matcher
 from clocktune.runtime.incremental import feed
 from clocktune.runtime.policy import Decision
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
@@ -46,6 +54,9 @@ class ModelPolicy:
         max_new_tokens: Longest action the model may write.
         system_caches: Prefilled caches of system prompts by their ids, shared by the policies of one model (a
             fresh dict when ``None``).
+        constrained: Decode under the grammar of the actions valid now (needs llguidance).
+        wrap_up_tokens: With the grammar, tokens allowed past ``max_new_tokens`` to bring an unfinished action to
+            a valid end (the best closing token each step) rather than cut it off unparsable.
     """
 
     io_bound = False  # compute-bound: on the wall clock it runs on the thread that started the run
@@ -58,6 +69,8 @@ class ModelPolicy:
         name: str = "model",
         max_new_tokens: int = 128,
         system_caches: dict[tuple[int, ...], Any] | None = None,
+        constrained: bool = False,
+        wrap_up_tokens: int = 48,
     ) -> None:
         self.name = name
         self.model = model
@@ -75,6 +88,12 @@ class ModelPolicy:
         self.system_caches = {} if system_caches is None else system_caches
         self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
         self.last_prompt_logits: torch.Tensor | None = None  # next-token logits at the last decision point
+        self.constrained = constrained
+        self.wrap_up_tokens = wrap_up_tokens
+        self.calls = CallBook({tool.name: tool.side_effect for tool in timeline.tools})
+        self.grammar = action_grammar(tokenizer, fmt, timeline.tools) if constrained else None
+        # Where decoding time goes, for benchmarks: single-token forwards and the grammar's share.
+        self.stats = {"actions": 0, "tokens": 0, "step_forwards": 0, "step_s": 0.0, "grammar_s": 0.0}
 
     def close(self) -> None:
         """Drops the session's KV cache and hands the freed heap back to the system.
@@ -101,6 +120,7 @@ class ModelPolicy:
         """
         added = 0
         for event in events:
+            self.calls.update(event)
             ids = self.renderer.append(event)
             if event.kind not in AGENT_KINDS:
                 added += len(ids)
@@ -125,7 +145,7 @@ class ModelPolicy:
 
     @torch.no_grad()
     def act(self, t: float) -> Decision:
-        """Generates the next action at time ``t``.
+        """Generates the next action at time ``t``, greedily, under the grammar of valid actions when constrained.
 
         Args:
             t: The session time of the action.
@@ -139,21 +159,36 @@ class ModelPolicy:
         kept = len(self.fed_ids)
         pending = rendering.input_ids[kept:]
         prompt = self.renderer.prompt_for_action(t)
+        limit = self.max_new_tokens + (self.wrap_up_tokens if self.grammar is not None else 0)
         times = rendering.time[kept:] + [t] * len(prompt)
-        until = rendering.visible_until + [math.inf] * (len(prompt) + self.max_new_tokens)
+        until = rendering.visible_until + [math.inf] * (len(prompt) + limit)
         logits = self._forward(pending + prompt, times, until)
         self.fed_ids += pending
         self.last_prompt_logits = logits
+        stats = self.stats
+        started = time.perf_counter()
+        matcher = None if self.grammar is None else start_matcher(self.tokenizer, self.grammar, self.calls)
         generated: list[int] = []
         first_words_at = None
         while True:
-            token = int(logits.argmax())
+            if matcher is None:
+                token = int(logits.argmax())
+            else:
+                token = self._choose(matcher, logits, len(generated))
+                matcher.advance(token)
+                stats["grammar_s"] += time.perf_counter() - started
             generated.append(token)
             if len(generated) == FIRST_WORDS_TOKENS:
                 first_words_at = time.monotonic()  # an answer could be spoken from here on
-            if token == self.end_id or len(generated) >= self.max_new_tokens:
+            if token == self.end_id or len(generated) >= limit:
                 break
+            started = time.perf_counter()
             logits = self._forward([token], [t], until)
+            stats["step_forwards"] += 1
+            stats["step_s"] += time.perf_counter() - started
+            started = time.perf_counter()
+        stats["actions"] += 1
+        stats["tokens"] += len(generated)
         # Prompt and generated tokens leave the cache: the accepted action comes back as canonical ids.
         self.cache.crop(len(self.fed_ids) - self.cache.get_seq_length())
         text = self.tokenizer.decode(generated, skip_special_tokens=False)
@@ -162,3 +197,9 @@ class ModelPolicy:
             return Decision(parse_action(text, self.model_format), len(generated), first_words_at=first_words_at)
         except ActionParseError as error:
             return Decision(None, len(generated), str(error))
+
+    def _choose(self, matcher: GrammarMatcher, logits: torch.Tensor, written: int) -> int:
+        # Greedy under the grammar; once the budget is spent, the token that best closes the action.
+        if written < self.max_new_tokens:
+            return matcher.choose(logits)
+        return matcher.choose_closing(logits)

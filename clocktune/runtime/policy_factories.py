@@ -78,6 +78,7 @@ def policy_factory(
     model: str = "scripted",
     loaded: tuple[Any, Any] | None = None,
     endpoint: EndpointLimits = EndpointLimits(),
+    constrained: bool = False,
 ) -> PolicyFactory:
     """A factory of fresh per-session policies.
 
@@ -88,6 +89,8 @@ def policy_factory(
             OpenAI-compatible chat endpoint (``OPENAI_BASE_URL`` or OpenAI's by default); else a checkpoint folder.
         loaded: An already loaded ``(model, tokenizer)`` to use instead of loading ``model``.
         endpoint: Limits of an endpoint policy (``openai:...``).
+        constrained: Decode a checkpoint's actions under the grammar of valid actions
+            (:mod:`~clocktune.runtime.action_grammar`) instead of the plain argmax.
 
     Returns:
         ``factory(timeline) -> policy``.
@@ -116,7 +119,9 @@ def policy_factory(
     system_caches: dict = {}  # the sessions of this model share the prefill of each system prompt
 
     def from_model(timeline: Timeline) -> ModelPolicy:
-        return ModelPolicy(network, tokenizer, timeline, name=strategy, system_caches=system_caches)
+        return ModelPolicy(
+            network, tokenizer, timeline, name=strategy, system_caches=system_caches, constrained=constrained
+        )
 
     return from_model
 
@@ -126,6 +131,7 @@ def policy_spec(
     model: str = "scripted",
     loaded: tuple[Any, Any] | None = None,
     endpoint: EndpointLimits = EndpointLimits(),
+    constrained: bool = False,
 ) -> PolicySpec:
     """A policy as ``clocktune eval`` names it: :func:`policy_factory` with the name and key an evaluation needs.
 
@@ -134,15 +140,19 @@ def policy_spec(
         model: See :func:`policy_factory`.
         loaded: See :func:`policy_factory`.
         endpoint: See :func:`policy_factory`.
+        constrained: See :func:`policy_factory`.
 
     Returns:
-        The spec; its key is ``scripted:STRATEGY`` for a recorded plan, else ``MODEL:STRATEGY``.
+        The spec; its key is ``scripted:STRATEGY`` for a recorded plan, else ``MODEL:STRATEGY`` (with
+        ``:constrained`` appended when constrained).
 
     Raises:
         ValueError: For an unknown scripted strategy.
     """
     key = f"scripted:{strategy}" if model in SCRIPTED_MODELS else f"{model}:{strategy}"
-    return PolicySpec(strategy, policy_factory(strategy, model, loaded, endpoint), key)
+    if constrained and model not in SCRIPTED_MODELS:
+        key += ":constrained"  # other sessions than the same model's unconstrained ones
+    return PolicySpec(strategy, policy_factory(strategy, model, loaded, endpoint, constrained), key)
 
 
 def bound_specs() -> tuple[PolicySpec, PolicySpec]:
