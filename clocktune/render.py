@@ -241,6 +241,20 @@ class Renderer:
         visible_until = self.rendering.visible_until
         visible_until[start:end] = [min(until, t) for until in visible_until[start:end]]
 
+    def drop_loss(self, event_id: str) -> None:
+        """Makes an appended event context only: its tokens carry no training loss.
+
+        Args:
+            event_id: The event's id.
+
+        Raises:
+            ValueError: When no event with that id was appended.
+        """
+        if event_id not in self._spans:
+            raise ValueError(f"cannot drop the loss of event {event_id!r}: it was never appended")
+        start, end = self._spans[event_id]
+        self.rendering.labels[start:end] = [IGNORE_INDEX] * (end - start)
+
     def _add(self, event: Event, pieces: list[tuple[list[int], bool]]) -> None:
         rendering = self.rendering
         start = len(rendering.input_ids)
@@ -279,13 +293,16 @@ def render(
         agent_clock_loss: Whether the clock of agent messages carries loss too.
 
     Returns:
-        Ids, labels and metadata; equal to appending the events one by one to a ``Renderer``.
+        Ids, labels and metadata; equal to appending the events one by one to a ``Renderer``, with no loss on the
+        events the timeline lists as ``context_only``.
 
     Raises:
         ValueError: When the tokenizer carries no clocktune encoding or one of another ``model_format``.
     """
     renderer = Renderer(tokenizer, timeline.tools, model_format, agent_clock_loss)
     renderer.extend(timeline.events)
+    for event_id in timeline.context_only:
+        renderer.drop_loss(event_id)
     return renderer.rendering
 
 

@@ -35,6 +35,7 @@ from clocktune.cli.arguments import (
     probability,
     run_command,
 )
+from clocktune.cli.rollout import add_rollout_parser
 from clocktune.tokenizers import DEFAULT_CODEC, load_tokenizer, prepare_tokenizer
 
 
@@ -431,6 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=output_file, default=None, help="write the profile here as YAML, for `clocktune eval --profile`"
     )
     profile.set_defaults(func=cmd_profile)
+
+    add_rollout_parser(sub)
     return parser
 
 

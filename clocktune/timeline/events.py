@@ -36,6 +36,8 @@ KIND_SOURCE: dict[str, str] = {
     "notice": "system",
 }
 AGENT_KINDS = frozenset(kind for kind, source in KIND_SOURCE.items() if source == "agent")
+# The teacher of an on-policy example (``clocktune rollout``): a student's session cut at an expert's label.
+ON_POLICY_TEACHER = "on_policy"
 
 
 def _parse_json_string(value: Any) -> Any:
@@ -175,11 +177,15 @@ class Timeline:
         domain: Domain whose tools and backend the dialogue uses.
         task: Task grammar that produced it (``"dependent"``, ``"compare"``, ...), for analysis.
         seed: Seed that reproduces this dialogue alone.
-        teacher: Policy that wrote the agent side (``"speculative"`` or ``"sync"``).
+        teacher: Policy that wrote the agent side (``"speculative"`` or ``"sync"``; :data:`ON_POLICY_TEACHER` for
+            an on-policy example, which may end at its label while the user is still speaking).
         tools: Tool schemas available to the agent.
         initial_state: Backend state before the dialogue.
         ground_truth: What a correct agent achieves.
         events: Events ordered by ``t``.
+        context_only: Ids of agent events that carry no training loss, only context. Empty in generated data; in an
+            on-policy example (``clocktune rollout``) every action but the expert's label is context: the student's
+            own actions are the state it reached, not targets.
     """
 
     __pydantic_config__ = _STRICT
@@ -193,6 +199,7 @@ class Timeline:
     initial_state: JsonObject
     ground_truth: GroundTruth
     events: list[Event]
+    context_only: list[str] = field(default_factory=list)
 
     def tool(self, name: str) -> ToolSchema | None:
         """Returns the schema of tool ``name``, or ``None`` when the timeline has no such tool."""

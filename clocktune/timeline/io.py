@@ -204,7 +204,7 @@ def arrow_schema():
     return pa.schema(
         [("id", string), ("domain", string), ("task", string), ("seed", pa.int64()), ("teacher", string),
          ("tools", pa.list_(tool)), ("initial_state", string), ("ground_truth", ground_truth),
-         ("events", pa.list_(event))]
+         ("events", pa.list_(event)), ("context_only", pa.list_(string))]
     )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import jsonschema
 
-from clocktune.timeline.events import KIND_SOURCE, Event, LatencyModel, Timeline
+from clocktune.timeline.events import AGENT_KINDS, KIND_SOURCE, ON_POLICY_TEACHER, Event, LatencyModel, Timeline
 from clocktune.timeline.io import Issue, iter_timeline_file
 from clocktune.timeline.refs import iter_refs, ref_target
 
@@ -214,8 +214,13 @@ def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 
                 report(f"{where}.content", "a result carries exactly one of content and error")
         elif event.kind == "tool_cancel":
             awaiting_result.discard(event.call_id)
-    if in_utterance:
+    # An on-policy example ends at the expert's label, which may come while the user is still speaking.
+    if in_utterance and timeline.teacher != ON_POLICY_TEACHER:
         report(f"events.{len(timeline.events) - 1}", "the last utterance has no final chunk")
+    agent_ids = {event.id for event in timeline.events if event.kind in AGENT_KINDS}
+    for index, event_id in enumerate(timeline.context_only):
+        if event_id not in agent_ids:
+            report(f"context_only.{index}", f"{event_id!r} is not the id of an agent event of this timeline")
 
     for index, call in enumerate(timeline.ground_truth.calls):
         where = f"ground_truth.calls.{index}"

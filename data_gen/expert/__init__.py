@@ -1,7 +1,7 @@
 """Reactive experts: runtime policies that finish a generated task from any state a session reaches (DAgger's
 labeller), deciding from the events shown so far plus the task's privileged ground truth."""
 
-from data_gen.expert.factory import expert_factory, spoken_words
+from data_gen.expert.factory import expert_factory, generator_config_of, spoken_words
 from data_gen.expert.policy import EXPERT_STRATEGIES, MAX_RETRIES, ExpertPolicy, settle_points
 from data_gen.expert.view import CallView, SessionView, failure_kind
 
@@ -13,6 +13,7 @@ __all__ = [
     "SessionView",
     "expert_factory",
     "failure_kind",
+    "generator_config_of",
     "settle_points",
     "spoken_words",
 ]

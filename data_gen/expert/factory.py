@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from pydantic import TypeAdapter, ValidationError
+
 from clocktune.runtime.policy import PolicyFactory
 from clocktune.runtime.session import utterances
 from clocktune.timeline.events import Timeline
@@ -11,7 +16,9 @@ from data_gen.expert.policy import EXPERT_STRATEGIES, ExpertPolicy
 from data_gen.generate import dialogue_task, select_domains
 from data_gen.task import Task
 
-__all__ = ["expert_factory", "spoken_words"]
+__all__ = ["expert_factory", "generator_config_of", "spoken_words"]
+
+_CONFIG = TypeAdapter(GeneratorConfig)
 
 
 def spoken_words(timeline: Timeline) -> list[list[str]]:
@@ -82,3 +89,28 @@ def expert_factory(
         )
 
     return build
+
+
+def generator_config_of(data_dir: str | Path) -> GeneratorConfig:
+    """The generator config a data folder was generated with (its ``generation.json``), to rebuild its tasks.
+
+    Args:
+        data_dir: A folder written by ``clocktune-datagen generate``.
+
+    Returns:
+        The config.
+
+    Raises:
+        FileNotFoundError: When the folder has no ``generation.json`` (imported data: no task to rebuild).
+        ValueError: When its ``config`` is not a generator config (naming the file and field).
+    """
+    path = Path(data_dir) / "generation.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: not found; an expert rebuilds tasks from the generator config of generated data "
+            "(imported BFCL or chat data have no task to rebuild)"
+        )
+    try:
+        return _CONFIG.validate_python(json.loads(path.read_text())["config"])
+    except (KeyError, json.JSONDecodeError, ValidationError) as error:
+        raise ValueError(f"{path}: config: not a generator config ({error})") from None

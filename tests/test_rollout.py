@@ -1,0 +1,146 @@
+"""On-policy rollouts: the expert's labels, which actions carry loss, and a rollout that survives a kill."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_models import TINY
+from tiny_tokenizer import tiny_tokenizer
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from clocktune.encoding import extend_tokenizer
+from clocktune.render import IGNORE_INDEX, render
+from clocktune.runtime.play import run_policy
+from clocktune.runtime.policy_factories import policy_factory
+from clocktune.runtime.session import SessionConfig
+from clocktune.timeline.events import AGENT_KINDS
+from clocktune.timeline.validate import validate_timeline
+from clocktune.train.rollout import label_session
+from data_gen.backends import make_backend
+from data_gen.config import GeneratorConfig
+from data_gen.expert import expert_factory
+from data_gen.generate import select_domains
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _extended_tokenizer():
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, "abs_bins", "chatml")
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def experts():
+    return expert_factory("speculative", GeneratorConfig(), select_domains(GeneratorConfig()))
+
+
+def _trained_ids(example, tokenizer) -> set[str]:
+    # The agent events of an example whose tokens carry loss once rendered.
+    rendering = render(example, tokenizer)
+    indices = {index for index, label in zip(rendering.event_index, rendering.labels, strict=True) if label != -100}
+    assert IGNORE_INDEX == -100
+    return {example.events[index].id for index in indices}
+
+
+def test_a_student_that_plays_as_the_expert_agrees_everywhere_and_its_session_is_one_ordinary_example(
+    generated, experts
+):
+    timelines = generated[0][:40]
+    run = run_policy("student", timelines, experts, make_backend, SessionConfig())
+    for timeline, log in zip(timelines, run.logs, strict=True):
+        labelled = label_session(log.timeline, experts(timeline))
+        assert labelled.decisions > 0 and labelled.agreed == labelled.decisions
+        (example,) = labelled.examples
+        assert example.events == log.timeline.events and example.context_only == []
+
+
+def test_a_diverging_student_is_labelled_with_the_experts_action_and_its_own_actions_carry_no_loss(generated, experts):
+    tokenizer = _extended_tokenizer()
+    timelines = generated[0][:60]
+    # The turn-based loop as the student: it waits through speech where the speculative expert acts.
+    run = run_policy("student", timelines, policy_factory("sync"), make_backend, SessionConfig())
+    diverged_sessions = 0
+    for timeline, log in zip(timelines, run.logs, strict=True):
+        labelled = label_session(log.timeline, experts(timeline))
+        diverged_sessions += labelled.agreed < labelled.decisions
+        log_agent = [event for event in log.timeline.events if event.kind in AGENT_KINDS]
+        trained_log_events: list[str] = []
+        for example in labelled.examples:
+            assert validate_timeline(example) == []
+            trained = _trained_ids(example, tokenizer)
+            is_cut = example.events != log.timeline.events
+            if is_cut:
+                label = example.events[-1]
+                assert label.kind in AGENT_KINDS and label.id in trained
+                # The label replaces what the student did at that point, which is not in the example.
+                assert example.events[:-1] == log.timeline.events[: len(example.events) - 1]
+                trained.discard(label.id)
+            trained_log_events += sorted(trained)
+        # Each of the student's actions is a target at most once, and those it did not share with the expert never.
+        assert len(trained_log_events) == len(set(trained_log_events))
+        assert set(trained_log_events) <= {event.id for event in log_agent}
+        assert len(trained_log_events) <= labelled.agreed
+    # Where the words settle nothing early (a late intent) the two agree throughout; elsewhere they part.
+    assert diverged_sessions >= len(timelines) // 2
+
+
+def _tiny_checkpoint(path: Path) -> None:
+    tokenizer = _extended_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=4096, **TINY))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def _rollout_command(checkpoint: Path, data: Path, out: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "clocktune.cli", "rollout", "--model", str(checkpoint), "--data", str(data),
+        "--out", str(out), "--limit", "6",
+    ]  # fmt: skip
+
+
+def test_a_rollout_killed_mid_way_and_started_again_writes_the_same_data_as_one_that_ran_through(tmp_path):
+    from data_gen.cli import main as datagen
+
+    data, checkpoint = tmp_path / "data", tmp_path / "checkpoint"
+    assert datagen(["generate", "--num", "6", "--seed", "3", "--out", str(data), "--quiet"]) == 0
+    _tiny_checkpoint(checkpoint)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    whole = tmp_path / "whole"
+    subprocess.run(_rollout_command(checkpoint, data, whole), check=True, env=env, capture_output=True)
+
+    killed = tmp_path / "killed"
+    journal = killed / "journal" / "speculative.jsonl"
+    process = subprocess.Popen(_rollout_command(checkpoint, data, killed), env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (journal.exists() and journal.read_bytes().count(b"\n") >= 2) and process.poll() is None:
+        assert time.monotonic() < deadline, "the rollout journaled no session in 5 minutes"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the rollout finished before it could be killed"
+    assert not (killed / "data" / "rollouts.jsonl").exists()
+    finished = journal.read_bytes().count(b"\n")
+    assert 2 <= finished < 6
+    subprocess.run(_rollout_command(checkpoint, data, killed), check=True, env=env, capture_output=True)
+
+    assert (killed / "data" / "rollouts.jsonl").read_bytes() == (whole / "data" / "rollouts.jsonl").read_bytes()
+    assert json.loads((killed / "summary.json").read_text()) == json.loads((whole / "summary.json").read_text())
+
+
+def test_a_timeline_that_names_a_missing_or_non_agent_event_as_context_only_fails_validation(generated):
+    from dataclasses import replace
+
+    timeline = generated[0][0]
+    user_chunk = next(event.id for event in timeline.events if event.kind == "user_chunk")
+    agent = next(event.id for event in timeline.events if event.kind == "tool_call")
+    assert validate_timeline(replace(timeline, context_only=[agent])) == []
+    issues = validate_timeline(replace(timeline, context_only=[agent, user_chunk, "e999"]))
+    assert [issue.field for issue in issues] == ["context_only.1", "context_only.2"]
