@@ -144,3 +144,13 @@ def test_a_timeline_that_names_a_missing_or_non_agent_event_as_context_only_fail
     assert validate_timeline(replace(timeline, context_only=[agent])) == []
     issues = validate_timeline(replace(timeline, context_only=[agent, user_chunk, "e999"]))
     assert [issue.field for issue in issues] == ["context_only.1", "context_only.2"]
+
+
+def test_a_rollout_of_data_without_its_generator_config_is_refused_naming_the_file(tmp_path, capsys):
+    from clocktune.cli import main
+
+    (tmp_path / "data").mkdir()
+    argv = ["rollout", "--model", str(tmp_path / "no-checkpoint"), "--data", str(tmp_path / "data")]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert f"{tmp_path / 'data' / 'generation.json'}: not found" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
