@@ -154,3 +154,16 @@ def test_a_rollout_of_data_without_its_generator_config_is_refused_naming_the_fi
     assert main([*argv, "--out", str(tmp_path / "out")]) == 2
     assert f"{tmp_path / 'data' / 'generation.json'}: not found" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_students_off_schema_call_validates_as_context_but_not_as_a_target(generated):
+    from dataclasses import replace
+
+    timeline = generated[0][0]
+    index, call = next((i, e) for i, e in enumerate(timeline.events) if e.kind == "tool_call" and e.arguments)
+    key = next(iter(call.arguments))
+    off_schema = replace(call, arguments={**call.arguments, key: {"not": "a value of its schema"}})
+    events = [*timeline.events[:index], off_schema, *timeline.events[index + 1 :]]
+    as_target = replace(timeline, events=events)
+    assert any(issue.field.startswith(f"events.{index}.arguments") for issue in validate_timeline(as_target))
+    assert validate_timeline(replace(as_target, context_only=[call.id])) == []

@@ -313,3 +313,14 @@ def test_action_loss_weights_scale_each_action_types_share_of_the_loss(tmp_path,
         ClockSFTConfig(output_dir=str(tmp_path), use_cpu=True, action_loss_weights={"answer": 2.0})
     with pytest.raises(ValueError, match="at least 0"):
         ClockSFTConfig(output_dir=str(tmp_path), use_cpu=True, action_loss_weights={"wait": -1.0})
+
+
+def test_clocktune_train_hands_the_config_and_every_override_to_the_recipe(monkeypatch):
+    import clocktune.train.sft
+    from clocktune.cli import main
+
+    seen = []
+    monkeypatch.setattr(clocktune.train.sft, "run", lambda argv, backends: seen.append(argv))
+    argv = ["--config", "configs/smollm2-135m/sft_lora_cpu.yaml", "--train_data", "a", "b", "--max_steps", "3"]
+    assert main(["train", *argv]) == 0
+    assert seen == [argv]

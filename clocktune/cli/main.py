@@ -447,7 +447,14 @@ def main(argv: list[str] | None = None) -> int:
         0 on success, 2 on an input error (printed as ``error: ...``; a TimelineFormatError lists file:line:field
         of each bad line) or a flag argparse refuses.
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # The recipe's flags go to its own parser (TrlParser), so `train` takes whatever it does not know itself:
+    # argparse.REMAINDER alone lets a first remainder that looks like a flag (`--config`) fall out as unrecognised.
+    args, unknown = parser.parse_known_args(argv)
+    if args.func is cmd_train:
+        args.recipe_args = unknown + args.recipe_args
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return run_command(args.func, args)
 
 

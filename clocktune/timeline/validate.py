@@ -156,6 +156,7 @@ def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 
     utterance_chunks: set[str] = set()
     in_utterance = False
     heard_turn = False  # a final user chunk came since the last final answer
+    context_only = set(timeline.context_only)
     for index, event in enumerate(timeline.events):
         where = f"events.{index}"
         if event.id in seen_ids:
@@ -177,7 +178,9 @@ def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 
             report(f"{where}.{name}", f"{event.kind} needs {name}")
         if missing:
             continue
-        _check_event(event, where, report, tools, call_names, call_times, open_calls, cancelled, executed)
+        _check_event(
+            event, where, report, tools, call_names, call_times, open_calls, cancelled, executed, context_only
+        )
         if event.kind == "user_chunk":
             if event.revises is not None and event.revises not in utterance_chunks:
                 report(f"{where}.revises", f"revises {event.revises!r}, not an earlier chunk of this utterance")
@@ -244,7 +247,9 @@ def _check_latency(latency: LatencyModel, where: str, report: Callable[[str, str
             report(f"{where}.{name}", f"must be {bound}, got {value}")
 
 
-def _check_event(event: Event, where, report, tools, call_names, call_times, open_calls, cancelled, executed) -> None:
+def _check_event(
+    event: Event, where, report, tools, call_names, call_times, open_calls, cancelled, executed, context_only: set[str]
+) -> None:
     kind = event.kind
     if kind == "tool_call":
         if event.call_id in call_names:
@@ -256,7 +261,7 @@ def _check_event(event: Event, where, report, tools, call_names, call_times, ope
         call_names[event.call_id] = event.name
         call_times[event.call_id] = event.t
         open_calls.add(event.call_id)
-        _check_arguments(event, where, report, tools[event.name].parameters, call_names)
+        _check_arguments(event, where, report, tools[event.name].parameters, call_names, context_only)
     elif kind in ("tool_modify", "tool_cancel"):
         if event.call_id not in open_calls:
             state = "cancelled" if event.call_id in cancelled else "executed" if event.call_id in executed else None
@@ -270,7 +275,7 @@ def _check_event(event: Event, where, report, tools, call_names, call_times, ope
             if event.name is not None and event.name != call_names[event.call_id]:
                 report(f"{where}.name", f"a modify cannot change the tool ({call_names[event.call_id]!r})")
             parameters = tools[call_names[event.call_id]].parameters
-            _check_arguments(event, where, report, parameters, call_names)
+            _check_arguments(event, where, report, parameters, call_names, context_only)
     elif kind == "tool_result":
         if event.call_id not in call_names:
             report(f"{where}.call_id", f"result for unknown call id {event.call_id!r}")
@@ -286,13 +291,15 @@ def _check_event(event: Event, where, report, tools, call_names, call_times, ope
                 executed.add(call_id)
 
 
-def _check_arguments(event: Event, where, report, parameters, call_names) -> None:
+def _check_arguments(event: Event, where, report, parameters, call_names, context_only: set[str]) -> None:
     if not isinstance(event.arguments, dict):
         report(f"{where}.arguments", "arguments must be a JSON object")
         return
     for target in iter_refs(event.arguments):
         if target not in call_names or target == event.call_id:
             report(f"{where}.arguments", f"$ref to {target!r}, which is not an earlier call")
+    if event.id in context_only:
+        return  # a student's call as the runtime took it (a value off the schema gets the tool's error): not a target
     for field, message in argument_errors(parameters, event.arguments, allow_refs=True):
         report(f"{where}.arguments{'.' + field if field else ''}", message)
 
