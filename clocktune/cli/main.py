@@ -201,16 +201,32 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     from clocktune.clock import PROFILES
     from clocktune.models import resolve_model_path
-    from clocktune.runtime.device_profiles import measure_device_profile, save_device_profile
+    from clocktune.runtime.device_profiles import (
+        charge_drafter,
+        measure_device_profile,
+        measure_speculation,
+        save_device_profile,
+    )
     from clocktune.runtime.policy_factories import load_policy_model
 
-    model, _ = load_policy_model(resolve_model_path(args.model))
+    model, tokenizer = load_policy_model(resolve_model_path(args.model))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device=device, dtype=getattr(torch, args.dtype) if args.dtype else None)
     parameter = next(model.parameters())
     name = args.name or f"measured-{device}"
     print(f"measuring {args.model} on {parameter.device} in {parameter.dtype} (batch 1, KV cache, streaming mask)")
     profile = measure_device_profile(model, name, context_tokens=args.context_tokens)
+    costs = None
+    if args.drafters:
+        timelines, backends = None, None
+        if args.data:  # acceptance needs sessions: held-out timelines, played live under each drafter
+            from clocktune.rendered_dataset import load_timeline_files
+            from data_gen.backends import make_backend
+
+            timelines, backends = load_timeline_files(args.data)[: args.limit], make_backend
+        costs = measure_speculation(model, tokenizer, args.drafters, args.context_tokens, timelines, backends)
+        if args.draft != "none":
+            profile = charge_drafter(profile, costs, args.draft)
     table = Table(title="device profiles: seconds the virtual clock charges")
     for column in ("profile", "prefill tokens/s", "decode tokens/s", "overhead s", "20-token action s"):
         table.add_column(column, justify="left" if column == "profile" else "right")
@@ -226,7 +242,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         )
     Console().print(table)
     if args.out:
-        save_device_profile(profile, args.out)
+        save_device_profile(profile, args.out, costs)
         print(f"wrote {args.out}: clocktune eval --profile {args.out} charges these rates")
     return 0
 
@@ -240,6 +256,32 @@ def _default_concurrency(clock: str, local_model: bool) -> int:
     return 1 if local_model else 8
 
 
+def _add_decoding_summary(out: Path, specs: dict[str, Any]) -> None:
+    """Adds a checkpoint's decoding metrics (acceptance, tokens/s, ms per step) to OUT/summary.json, and prints them.
+
+    Sessions resumed from a journal were decoded by an earlier run: only those played now are counted.
+    """
+    from clocktune.atomic import atomic_write_text
+
+    decoding = {
+        role: spec.factory.decoding.summary()
+        for role, spec in specs.items()
+        if getattr(spec.factory, "decoding", None) is not None and spec.factory.decoding.actions
+    }
+    if not decoding:
+        return
+    path = out / "summary.json"
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    summary["decoding"] = decoding
+    atomic_write_text(path, json.dumps(summary, indent=2) + "\n")
+    for role, metrics in decoding.items():
+        print(
+            f"decoding ({role}, {metrics['drafter']}): {metrics['tokens_per_s']} action tokens/s, acceptance "
+            f"{metrics['acceptance_rate']}, mean accepted length {metrics['mean_accepted_length']}, "
+            f"{metrics['target_ms_per_forward']} ms per target forward"
+        )
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """``clocktune eval``: a policy against a baseline on the same timelines; writes results, summary and plots.
 
@@ -251,7 +293,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """
     from clocktune.rendered_dataset import load_timeline_files
     from clocktune.runtime.clocks import clock_named
-    from clocktune.runtime.device_profiles import load_device_profile
+    from clocktune.runtime.device_profiles import load_device_profile, load_speculation_costs
     from clocktune.runtime.evaluate import compare_policies
     from clocktune.runtime.journal import checkpoint_stamp
     from clocktune.runtime.policy_factories import (
@@ -270,10 +312,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     baseline_model = args.baseline_model or args.model
     endpoint = EndpointLimits(args.request_timeout, args.endpoint_budget, args.allow_insecure_http)
     loaded = {path: load_policy_model(path) for path in {args.model, baseline_model} if is_checkpoint(path)}
+    costs = load_speculation_costs(args.profile)  # the cost model's inputs, measured by `clocktune profile`
+    policy = policy_spec(
+        args.policy, args.model, loaded.get(args.model), endpoint, args.constrained, args.draft, costs
+    )
+    baseline = policy_spec(
+        args.baseline,
+        baseline_model,
+        loaded.get(baseline_model),
+        endpoint,
+        args.constrained,
+        args.baseline_draft,
+        costs,
+    )
     compare_policies(
         timelines,
-        policy_spec(args.policy, args.model, loaded.get(args.model), endpoint, args.constrained),
-        policy_spec(args.baseline, baseline_model, loaded.get(baseline_model), endpoint, args.constrained),
+        policy,
+        baseline,
         make_backend,
         config,
         args.out,
@@ -289,11 +344,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "baseline_model": baseline_model,
             "baseline_model_stamp": checkpoint_stamp(baseline_model),
             "constrained": args.constrained,
+            "draft": args.draft,
+            "baseline_draft": args.baseline_draft,
         },
     )
+    _add_decoding_summary(Path(args.out), {"policy": policy, "baseline": baseline})
     sessions = ", sessions_<policy>.jsonl" if args.session_logs else ""
     print(f"wrote {args.out}/summary.json, results.jsonl{sessions} and the plots")
     return 0
+
+
+def _draft_name(value: str) -> str:
+    """A ``--draft`` value: one of the drafters, ``layer_skip:N`` or ``prompt_lookup:N`` with a positive N."""
+    base, colon, layers = value.partition(":")
+    if base not in ("none", "prompt_lookup", "layer_skip", "int8", "int4", "auto") or (
+        colon and (base not in ("layer_skip", "prompt_lookup") or not layers.isdigit() or int(layers) < 1)
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: one of none, prompt_lookup[:N], layer_skip[:N], int8, int4, auto"
+        )
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -418,6 +488,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="decode a checkpoint's actions under the grammar of valid actions (needs the `constrained` extra)",
     )
+    draft_help = (
+        "speculative decoding of a checkpoint's actions, lossless (the same actions, faster or not): none, "
+        "prompt_lookup[:N] (n-grams of at least N tokens), layer_skip[:N] (its first N layers), int8/int4 (torchao; needs it), or auto (the cost "
+        "model picks from the profile's measured costs; none when nothing pays)"
+    )
+    evaluate.add_argument("--draft", default="none", type=_draft_name, help=f"the policy's drafter: {draft_help}")
+    evaluate.add_argument(
+        "--baseline-draft", default="none", type=_draft_name, help="the baseline's drafter (default: none)"
+    )
     evaluate.set_defaults(func=cmd_eval)
 
     profile = sub.add_parser("profile", help="measure a model's prefill and decode rates on this device")
@@ -428,6 +507,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--context-tokens", type=positive_int, default=1024, help="tokens in the KV cache while timing"
     )
     profile.add_argument("--name", default=None, help="the profile's name (default: measured-<device>)")
+    profile.add_argument(
+        "--drafters",
+        nargs="*",
+        type=_draft_name,
+        default=["prompt_lookup", "layer_skip", "int8"],
+        help="drafters whose cost of speculative decoding to measure (none: skip the speculation section)",
+    )
+    profile.add_argument(
+        "--data", nargs="+", default=None, help="held-out timelines: also measure each drafter's acceptance live"
+    )
+    profile.add_argument("--limit", type=positive_int, default=5, help="sessions played per drafter with --data")
+    profile.add_argument(
+        "--draft",
+        default="none",
+        type=_draft_name,
+        help="charge this drafter's decode rate measured on the --data sessions (default: plain decoding's)",
+    )
     profile.add_argument(
         "--out", type=output_file, default=None, help="write the profile here as YAML, for `clocktune eval --profile`"
     )

@@ -62,6 +62,29 @@ def feed(model: Any, cache: Any, ids: list[int], times: list[float], visible_unt
     Returns:
         The next token's logits after the last id.
     """
+    return feed_rows(model, cache, ids, times, visible_until, 1)[0]
+
+
+def feed_rows(
+    model: Any, cache: Any, ids: list[int], times: list[float], visible_until: list[float], rows: int
+) -> torch.Tensor:
+    """:func:`feed` keeping the logits of the last ``rows`` positions: a speculative draft's verification.
+
+    A draft of γ tokens after the last chosen token is verified by feeding those γ + 1 tokens in one forward: the
+    mask gets γ + 1 rows, each new token seeing the visible context and the tokens before it (all fed at the
+    action's time), and row ``i`` gives the target's logits after the ``i``-th of them.
+
+    Args:
+        model: A causal LM.
+        cache: Its ``DynamicCache`` (grown by ``len(ids)``).
+        ids: New token ids.
+        times: Time of each new token.
+        visible_until: Until when each token, cached or new, may be attended.
+        rows: Positions whose logits to return, the last ones (at most ``len(ids)``).
+
+    Returns:
+        A ``(rows, vocabulary)`` tensor of next-token logits.
+    """
     parameter = next(model.parameters())
     start = cache.get_seq_length()
     positions = torch.arange(start, start + len(ids), device=parameter.device)[None]
@@ -71,9 +94,25 @@ def feed(model: Any, cache: Any, ids: list[int], times: list[float], visible_unt
         position_ids=positions,
         cache=cache,
         use_cache=True,
-        logits_to_keep=1,  # only the next token's: the vocabulary projection of a prefill is most of its cost
+        logits_to_keep=rows,  # only what is read: the vocabulary projection of a prefill is most of its cost
     )
-    return output.logits[0, -1]
+    return output.logits[0, -rows:]
+
+
+def crop_cache(cache: Any, length: int) -> None:
+    """Drops every layer of a ``DynamicCache`` back to its first ``length`` tokens.
+
+    Per layer, because a layer-skip drafter (``clocktune.runtime.drafters``) grows only the first layers of the
+    cache it shares with its target, and transformers' ``crop`` removes the same count from every layer.
+
+    Args:
+        cache: The cache.
+        length: Tokens to keep (layers already at most that long are left as they are).
+    """
+    for layer in cache.layers:
+        extra = layer.get_seq_length() - length
+        if extra > 0:
+            layer.crop(-extra)
 
 
 @dataclass(frozen=True)
@@ -165,3 +204,46 @@ def measure_rates(
         decode_tokens_per_s=round(1.0 / decode_s, 2),
         action_overhead_s=round(max(prompt_s - decode_s, 0.0), 4),
     )
+
+
+def measure_verify_ratios(
+    model: Any, context_tokens: int = 1024, max_tokens: int = 8, repeats: int = 5, seed: int = 0
+) -> tuple[float, dict[int, float]]:
+    """Times one decode step and forwards of ``k`` tokens keeping ``k`` rows of logits (a draft's verification).
+
+    Random ids over a cache of ``context_tokens``, cropped back after each forward, medians of ``repeats`` (after
+    one untimed each), the sizes interleaved so that a busy spell of a shared machine spreads over all of them.
+
+    Args:
+        model: A causal LM in eval mode, on the device to measure.
+        context_tokens: Context in the cache while timing.
+        max_tokens: Largest ``k``.
+        repeats: Timed forwards per size.
+        seed: Seed of the random ids.
+
+    Returns:
+        ``(step_s, ratios)``: the decode step's seconds and ``v(k)``, a ``k``-token forward over one step
+        (``v(1) = 1``), for ``k = 1..max_tokens``.
+    """
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.get_input_embeddings().num_embeddings
+    until = [math.inf] * (context_tokens + max_tokens)
+    cache = DynamicCache()
+    samples: dict[int, list[float]] = {k: [] for k in range(1, max_tokens + 1)}
+    with torch.no_grad():
+        context = torch.randint(vocab, (context_tokens,), generator=generator).tolist()
+        feed(model, cache, context, [0.0] * context_tokens, until)
+        for round_ in range(repeats + 1):
+            for k in samples:
+                ids = torch.randint(vocab, (k,), generator=generator).tolist()
+                seconds = _seconds(
+                    lambda ids=ids: feed_rows(model, cache, ids, [0.0] * len(ids), until, len(ids)), device
+                )
+                crop_cache(cache, context_tokens)
+                if round_:  # the first round warms up
+                    samples[k].append(seconds)
+    step = statistics.median(samples[1])
+    return step, {k: round(statistics.median(times) / step, 3) for k, times in samples.items()}

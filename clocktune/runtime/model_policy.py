@@ -18,6 +18,13 @@ cannot be produced. It is off by default because it did not pay: the demo's trai
 (0 notices in 20 live sessions), its mistakes are well-formed wrong choices, and under the grammar it completed the
 same 5 of 20 tasks (BENCHMARKS.md "Constrained decoding"). It is for models that do write broken actions.
 
+With a drafter (``clocktune.runtime.drafters``: prompt lookup, the first layers of the same model, a quantized
+copy), decoding is speculative (``clocktune.runtime.speculative``): a draft of γ tokens is verified in one forward
+whose mask has γ + 1 rows, rejected tokens are cropped from the cache, and the target's rule picks every token
+emitted, so the action is the one plain decoding writes (greedy: token for token, under the grammar or not). The
+draft length follows the session's measured acceptance, and drafting stops where the cost model says it does not
+pay.
+
 Every session over the same tools starts with the same system prompt (hundreds of tokens of tool schemas), so the
 policies of one model share its prefilled cache and each session starts from a copy, as serving engines' prefix
 caches do.
@@ -32,19 +39,28 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
 from clocktune.actions import ActionParseError, parse_action
 from clocktune.clock import FIRST_WORDS_TOKENS
 from clocktune.render import Renderer
-from clocktune.runtime.action_grammar import CallBook, GrammarMatcher, action_grammar, start_matcher
-from clocktune.runtime.incremental import feed
+from clocktune.runtime.action_grammar import CallBook, action_grammar, start_matcher
+from clocktune.runtime.drafters import Draft, Drafter, DraftRequest, call_skeletons
+from clocktune.runtime.incremental import crop_cache, feed, feed_rows
 from clocktune.runtime.policy import Decision
+from clocktune.runtime.speculative import (
+    DraftLength,
+    SpeculationCosts,
+    SpeculationStats,
+    TokenPicker,
+    acceptance_prior,
+)
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
 
 
 class ModelPolicy:
-    """Greedy decoding of a causal LM over the session's rendered context.
+    """Greedy (or sampled) decoding of a causal LM over the session's rendered context, speculative with a drafter.
 
     Args:
         model: A causal LM whose embeddings match the extended ``tokenizer`` (plain or PEFT).
@@ -57,6 +73,15 @@ class ModelPolicy:
         constrained: Decode under the grammar of the actions valid now (needs llguidance).
         wrap_up_tokens: With the grammar, tokens allowed past ``max_new_tokens`` to bring an unfinished action to
             a valid end (the best closing token each step) rather than cut it off unparsable.
+        drafter: Drafts tokens for speculative decoding (``None``: plain decoding).
+        costs: Measured costs of speculation on this device (the profile's section), for the cost model; ``None``
+            assumes verification costs what ``speculative.DEFAULT_VERIFY_RATIO`` says and a free drafter.
+        decoding: Decoding metrics shared by the policies of one model (a fresh one when ``None``).
+        temperature: 0 decodes greedily; above, tokens are sampled from ``softmax(logits / T)`` (under the grammar
+            when constrained), and speculative verification is by rejection sampling.
+        seed: Seed of the sampling stream (with the timeline's seed).
+        max_draft: Longest draft.
+        margin: Speculate only while the expected speedup exceeds ``1 + margin``.
     """
 
     io_bound = False  # compute-bound: on the wall clock it runs on the thread that started the run
@@ -71,6 +96,13 @@ class ModelPolicy:
         system_caches: dict[tuple[int, ...], Any] | None = None,
         constrained: bool = False,
         wrap_up_tokens: int = 48,
+        drafter: Drafter | None = None,
+        costs: SpeculationCosts | None = None,
+        decoding: SpeculationStats | None = None,
+        temperature: float = 0.0,
+        seed: int = 0,
+        max_draft: int = 6,
+        margin: float = 0.1,
     ) -> None:
         self.name = name
         self.model = model
@@ -88,12 +120,27 @@ class ModelPolicy:
         self.system_caches = {} if system_caches is None else system_caches
         self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
         self.last_prompt_logits: torch.Tensor | None = None  # next-token logits at the last decision point
+        self.last_action_ids: list[int] = []  # the tokens the last action wrote (identity checks compare them)
         self.constrained = constrained
         self.wrap_up_tokens = wrap_up_tokens
         self.calls = CallBook({tool.name: tool.side_effect for tool in timeline.tools})
         self.grammar = action_grammar(tokenizer, fmt, timeline.tools) if constrained else None
         # Where decoding time goes, for benchmarks: single-token forwards and the grammar's share.
         self.stats = {"actions": 0, "tokens": 0, "step_forwards": 0, "step_s": 0.0, "grammar_s": 0.0}
+        self.temperature = temperature
+        self.rng = np.random.default_rng([seed, timeline.seed]) if temperature > 0 else None
+        self.drafter = drafter
+        self.decoding = decoding if decoding is not None else SpeculationStats(drafter.name if drafter else "none")
+        self.draft_session = drafter.session() if drafter is not None else None
+        self.draft_length: DraftLength | None = None
+        if drafter is not None:
+            # The session starts from what earlier sessions measured (or the profile, or a prior), then adapts.
+            cost_ratio = costs.draft_ratio.get(drafter.name, 0.0) if costs is not None else 0.0
+            verify = costs.verify if costs is not None else SpeculationCosts(0.0, {}).verify
+            prior = acceptance_prior(drafter.name, decoding, costs)
+            self.draft_length = DraftLength(cost_ratio, verify, prior, max_gamma=max_draft, margin=margin)
+        # Names and keys of the session's calls for a lookup drafter to copy (nothing in the context has them yet).
+        self.draft_corpus = call_skeletons(tokenizer, fmt, timeline.tools) if drafter is not None else []
 
     def close(self) -> None:
         """Drops the session's KV cache and hands the freed heap back to the system.
@@ -104,6 +151,8 @@ class ModelPolicy:
         """
         self.cache = None
         self.last_prompt_logits = None
+        if self.draft_session is not None:
+            self.draft_session.close()
         if sys.platform.startswith("linux"):
             libc = ctypes.CDLL(None)
             if hasattr(libc, "malloc_trim"):  # glibc's; musl has none
@@ -145,7 +194,9 @@ class ModelPolicy:
 
     @torch.no_grad()
     def act(self, t: float) -> Decision:
-        """Generates the next action at time ``t``, greedily, under the grammar of valid actions when constrained.
+        """Generates the next action at time ``t`` (greedily unless sampling; under the grammar when constrained).
+
+        With a drafter, each step verifies a draft in one forward; what is emitted is what plain decoding emits.
 
         Args:
             t: The session time of the action.
@@ -161,36 +212,65 @@ class ModelPolicy:
         prompt = self.renderer.prompt_for_action(t)
         limit = self.max_new_tokens + (self.wrap_up_tokens if self.grammar is not None else 0)
         times = rendering.time[kept:] + [t] * len(prompt)
-        until = rendering.visible_until + [math.inf] * (len(prompt) + limit)
+        max_draft = 2 * self.draft_length.max_gamma if self.draft_length is not None else 0  # forced + drafted
+        until = rendering.visible_until + [math.inf] * (len(prompt) + limit + max_draft + 1)
         logits = self._forward(pending + prompt, times, until)
         self.fed_ids += pending
         self.last_prompt_logits = logits
-        stats = self.stats
-        started = time.perf_counter()
+        context = self.fed_ids + prompt  # what the cache holds before the action's first token
+        stats, decoding = self.stats, self.decoding
+        decode_started = started = time.perf_counter()
         matcher = None if self.grammar is None else start_matcher(self.tokenizer, self.grammar, self.calls)
+        picker = TokenPicker(matcher, self.max_new_tokens, self.temperature, self.rng)
         generated: list[int] = []
         first_words_at = None
+        rows, draft = logits[None], Draft([])
         while True:
-            if matcher is None:
-                token = int(logits.argmax())
-            else:
-                token = self._choose(matcher, logits, len(generated))
-                matcher.advance(token)
+            # Walk the target's rows: row i is the next-token logits after draft[:i]; keep agreeing draft tokens.
+            finished, accepted = False, 0
+            for row in range(rows.shape[0]):
+                proposed = draft.tokens[row] if row < len(draft.tokens) else None
+                token = picker.pick(rows[row], len(generated), proposed, draft.prob(row))
+                picker.advance(token)
+                generated.append(token)
+                if len(generated) == FIRST_WORDS_TOKENS:
+                    first_words_at = time.monotonic()  # an answer could be spoken from here on
+                if token == self.end_id or len(generated) >= limit:
+                    finished = True
+                    break
+                if token != proposed:
+                    break
+                accepted += 1
+            if matcher is not None:
                 stats["grammar_s"] += time.perf_counter() - started
-            generated.append(token)
-            if len(generated) == FIRST_WORDS_TOKENS:
-                first_words_at = time.monotonic()  # an answer could be spoken from here on
-            if token == self.end_id or len(generated) >= limit:
+            if draft.tokens:
+                decoding.record_draft(len(draft.tokens), accepted)
+                if len(draft.tokens) > draft.forced and accepted >= draft.forced:  # the drafter's own part
+                    self.draft_length.record(len(draft.tokens) - draft.forced, accepted - draft.forced)
+            if finished:
                 break
+            # The cache holds the context and every emitted token but the last (plus rejected drafts: dropped here).
+            cached = len(context) + len(generated) - 1
+            crop_cache(self.cache, cached)
+            draft = self._draft(context, generated, cached, t, until, limit, picker)
+            fed = [generated[-1], *draft.tokens]
             started = time.perf_counter()
-            logits = self._forward([token], [t], until)
+            rows = feed_rows(self.model, self.cache, fed, [t] * len(fed), until, len(fed))
+            elapsed = time.perf_counter() - started
             stats["step_forwards"] += 1
-            stats["step_s"] += time.perf_counter() - started
+            stats["step_s"] += elapsed
+            decoding.target_forwards += 1
+            decoding.target_s += elapsed
+            decoding.plain_steps += not draft.tokens
             started = time.perf_counter()
+        self.last_action_ids = generated
         stats["actions"] += 1
         stats["tokens"] += len(generated)
+        decoding.actions += 1
+        decoding.tokens += len(generated)
+        decoding.decode_s += time.perf_counter() - decode_started
         # Prompt and generated tokens leave the cache: the accepted action comes back as canonical ids.
-        self.cache.crop(len(self.fed_ids) - self.cache.get_seq_length())
+        crop_cache(self.cache, len(self.fed_ids))
         text = self.tokenizer.decode(generated, skip_special_tokens=False)
         first_words_at = first_words_at or time.monotonic()  # a shorter action is out when it is done
         try:
@@ -198,8 +278,42 @@ class ModelPolicy:
         except ActionParseError as error:
             return Decision(None, len(generated), str(error))
 
-    def _choose(self, matcher: GrammarMatcher, logits: torch.Tensor, written: int) -> int:
-        # Greedy under the grammar; once the budget is spent, the token that best closes the action.
-        if written < self.max_new_tokens:
-            return matcher.choose(logits)
-        return matcher.choose_closing(logits)
+    def _draft(
+        self,
+        context: list[int],
+        generated: list[int],
+        cached: int,
+        t: float,
+        until: list[float],
+        limit: int,
+        picker: TokenPicker,
+    ) -> Draft:
+        # The next draft: the grammar's forced tokens (free and all but certain, so drafted even while the drafter
+        # is off), then the drafter's continuation when the cost model says it pays now.
+        if self.draft_length is None:
+            return Draft([])
+        budget = limit - len(generated)
+        started = time.perf_counter()
+        forced = picker.forced(min(self.draft_length.max_gamma, budget))
+        gamma = min(self.draft_length.choose(), budget - len(forced))
+        tokens, probs = list(forced), [None] * len(forced)
+        if gamma > 0 and self.end_id not in tokens:
+            request = DraftRequest(
+                ids=context + generated + forced,
+                cached=cached,
+                cache=self.cache,
+                times=self.renderer.rendering.time,
+                t=t,
+                visible_until=until,
+                gamma=gamma,
+                end_id=self.end_id,
+                system=len(self.system_ids),
+                temperature=self.temperature,
+                rng=self.rng,
+                corpus=self.draft_corpus,
+            )
+            proposal = self.draft_session.propose(request)
+            tokens += proposal.tokens
+            probs += [proposal.prob(index) for index in range(len(proposal.tokens))]
+        self.decoding.draft_s += time.perf_counter() - started
+        return Draft(tokens, probs, forced=len(forced))

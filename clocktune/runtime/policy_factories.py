@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clocktune.runtime.openai_policy import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_SESSION_BUDGET_S
 from clocktune.runtime.policy import PolicyFactory, PolicySpec
 from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
 from clocktune.timeline.events import Timeline
+
+if TYPE_CHECKING:  # torch and numpy load only with a checkpoint
+    from clocktune.runtime.speculative import SpeculationCosts
 
 # ``--model`` values that mean "follow the recorded plan" rather than a checkpoint.
 SCRIPTED_MODELS = ("scripted", "oracle")
@@ -79,6 +82,9 @@ def policy_factory(
     loaded: tuple[Any, Any] | None = None,
     endpoint: EndpointLimits = EndpointLimits(),
     constrained: bool = False,
+    draft: str = "none",
+    costs: SpeculationCosts | None = None,
+    temperature: float = 0.0,
 ) -> PolicyFactory:
     """A factory of fresh per-session policies.
 
@@ -91,9 +97,16 @@ def policy_factory(
         endpoint: Limits of an endpoint policy (``openai:...``).
         constrained: Decode a checkpoint's actions under the grammar of valid actions
             (:mod:`~clocktune.runtime.action_grammar`) instead of the plain argmax.
+        draft: A checkpoint's drafter for speculative decoding (:data:`~clocktune.runtime.drafters.DRAFTERS`:
+            ``none``, ``prompt_lookup``, ``layer_skip[:N]``, ``int8``, ``int4``, ``auto``); lossless, so only speed
+            changes.
+        costs: The device profile's measured speculation costs
+            (:class:`~clocktune.runtime.speculative.SpeculationCosts`); measured on the model here when ``None``.
+        temperature: A checkpoint samples at this temperature (0: greedy).
 
     Returns:
-        ``factory(timeline) -> policy``.
+        ``factory(timeline) -> policy``; a checkpoint's carries ``decoding``, the decoding metrics of its
+        sessions (:class:`~clocktune.runtime.speculative.SpeculationStats`).
 
     Raises:
         ValueError: For an unknown scripted strategy, or an endpoint URL that would expose the key.
@@ -113,16 +126,31 @@ def policy_factory(
             return ScriptedPolicy(timeline, strategy)
 
         return scripted
+    from clocktune.runtime.drafters import resolve_drafter
     from clocktune.runtime.model_policy import ModelPolicy
+    from clocktune.runtime.speculative import SpeculationStats
 
     network, tokenizer = loaded if loaded is not None else load_policy_model(model)
     system_caches: dict = {}  # the sessions of this model share the prefill of each system prompt
+    drafter, costs = resolve_drafter(draft, network, costs)
+    # Shared by the sessions: the metrics of the run, and the acceptance a new session starts from.
+    decoding = SpeculationStats(drafter.name if drafter is not None else "none")
 
     def from_model(timeline: Timeline) -> ModelPolicy:
         return ModelPolicy(
-            network, tokenizer, timeline, name=strategy, system_caches=system_caches, constrained=constrained
+            network,
+            tokenizer,
+            timeline,
+            name=strategy,
+            system_caches=system_caches,
+            constrained=constrained,
+            drafter=drafter,
+            costs=costs,
+            decoding=decoding,
+            temperature=temperature,
         )
 
+    from_model.decoding = decoding  # type: ignore[attr-defined]  # read by `clocktune eval` for its summary
     return from_model
 
 
@@ -132,6 +160,8 @@ def policy_spec(
     loaded: tuple[Any, Any] | None = None,
     endpoint: EndpointLimits = EndpointLimits(),
     constrained: bool = False,
+    draft: str = "none",
+    costs: SpeculationCosts | None = None,
 ) -> PolicySpec:
     """A policy as ``clocktune eval`` names it: :func:`policy_factory` with the name and key an evaluation needs.
 
@@ -141,10 +171,12 @@ def policy_spec(
         loaded: See :func:`policy_factory`.
         endpoint: See :func:`policy_factory`.
         constrained: See :func:`policy_factory`.
+        draft: See :func:`policy_factory`.
+        costs: See :func:`policy_factory`.
 
     Returns:
         The spec; its key is ``scripted:STRATEGY`` for a recorded plan, else ``MODEL:STRATEGY`` (with
-        ``:constrained`` appended when constrained).
+        ``:constrained`` appended when constrained, ``:draft=NAME`` with a drafter).
 
     Raises:
         ValueError: For an unknown scripted strategy.
@@ -152,7 +184,12 @@ def policy_spec(
     key = f"scripted:{strategy}" if model in SCRIPTED_MODELS else f"{model}:{strategy}"
     if constrained and model not in SCRIPTED_MODELS:
         key += ":constrained"  # other sessions than the same model's unconstrained ones
-    return PolicySpec(strategy, policy_factory(strategy, model, loaded, endpoint, constrained), key)
+    if draft != "none" and is_checkpoint(model):
+        key += f":draft={draft}"  # the same actions (lossless), but other wall-clock times
+    factory = policy_factory(
+        strategy, model, loaded, endpoint, constrained, draft if is_checkpoint(model) else "none", costs
+    )
+    return PolicySpec(strategy, factory, key)
 
 
 def bound_specs() -> tuple[PolicySpec, PolicySpec]:

@@ -1,0 +1,372 @@
+"""Speculative decoding of a local model's actions: lossless against plain decoding, in distribution when sampling,
+and switched on only where the cost model says it pays."""
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from clocktune.clock import DeviceProfile
+from clocktune.runtime.drafters import (
+    DraftRequest,
+    LayerSkipDrafter,
+    PromptLookupDrafter,
+    QuantizedDrafter,
+    make_drafter,
+    resolve_drafter,
+)
+from clocktune.runtime.incremental import crop_cache, feed_rows
+from clocktune.runtime.model_policy import ModelPolicy
+from clocktune.runtime.play import run_policy
+from clocktune.runtime.scripted import ScriptedPolicy
+from clocktune.runtime.session import SessionConfig
+from clocktune.runtime.speculation_runs import ALWAYS
+from clocktune.runtime.speculative import DraftLength, SpeculationCosts, expected_speedup, sample_verified
+from data_gen.backends import make_backend
+from tests.tiny_models import TINY
+from tests.tiny_tokenizer import tiny_tokenizer
+
+FAST = DeviceProfile("fast", 1e6, 1e4, 0.0)
+try:  # torchao is optional: the quantized drafter is tested where it is installed
+    import torchao  # noqa: F401
+
+    MODEL_DRAFTERS = ("layer_skip:2", "int8")
+except ImportError:
+    MODEL_DRAFTERS = ("layer_skip:2",)
+
+
+@pytest.fixture(scope="module")
+def tiny_four_layer_model():
+    """A random 4-layer Llama whose last two layers add little: its first two layers agree with it often, not always."""
+    from clocktune.encoding import extend_tokenizer, get_codec
+
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, **{**TINY, "num_hidden_layers": 4})
+    model = LlamaForCausalLM(config).eval()
+    model.config._attn_implementation = "sdpa"
+    with torch.no_grad():
+        for layer in model.model.layers[2:]:
+            layer.self_attn.o_proj.weight.mul_(0.3)
+            layer.mlp.down_proj.weight.mul_(0.3)
+        model.lm_head.weight.mul_(8.0)  # peaky next-token distributions: greedy loops, samples concentrate
+    return model, tokenizer
+
+
+class _Probe:
+    """Decodes with a model policy at every decision point and records its tokens, while a scripted policy acts:
+    the model's context is a live session's (arrivals at boundaries, revisions hidden), whatever it writes."""
+
+    io_bound = False
+
+    def __init__(self, model_policy, scripted):
+        self.inner, self.scripted, self.name = model_policy, scripted, "probe"
+        self.actions = []
+
+    def close(self):
+        self.inner.close()
+
+    def observe(self, events):
+        self.scripted.observe(events)
+        return self.inner.observe(events)
+
+    def act(self, t):
+        self.inner.act(t)
+        self.actions.append(list(self.inner.last_action_ids))
+        return self.scripted.act(t)
+
+
+def _short(generated, count=2):
+    # Short dialogues with a revision or a modify, so that tokens get hidden while the session runs.
+    timelines = [t for t in generated[0] if len(t.events) < 36 and any(e.kind == "tool_modify" for e in t.events)]
+    return timelines[:count]
+
+
+def _play(model, tokenizer, timelines, drafter, constrained, **options):
+    probes = []
+
+    def factory(timeline):
+        policy = ModelPolicy(
+            model, tokenizer, timeline, max_new_tokens=12, constrained=constrained, drafter=drafter, **options
+        )
+        probes.append(_Probe(policy, ScriptedPolicy(timeline, "speculative")))
+        return probes[-1]
+
+    run_policy("probe", timelines, factory, make_backend, SessionConfig(device=FAST), concurrency=1, progress=False)
+    return [probe.actions for probe in probes], [probe.inner.decoding for probe in probes]
+
+
+@pytest.mark.parametrize("constrained", [False, True], ids=["unconstrained", "grammar"])
+def test_greedy_speculative_actions_equal_plain_greedy_token_for_token_for_every_drafter(
+    generated, tiny_four_layer_model, constrained
+):
+    model, tokenizer = tiny_four_layer_model
+    timelines = _short(generated)
+    plain, _ = _play(model, tokenizer, timelines, None, constrained)
+    assert sum(len(session) for session in plain) > 10
+    for name in ("prompt_lookup", *MODEL_DRAFTERS):
+        drafter = make_drafter(name, model)
+        spoken, stats = _play(model, tokenizer, timelines, drafter, constrained, margin=ALWAYS)
+        assert spoken == plain, name
+        drafted, accepted = sum(s.drafted for s in stats), sum(s.accepted for s in stats)
+        # Both paths of the verification ran: drafts kept and drafts cut (a random model's output is nothing a
+        # lookup of the context predicts, but its drafts are verified all the same).
+        assert drafted > 0 and accepted < drafted, name
+        assert accepted > 0 or name == "prompt_lookup", name
+
+
+def test_model_driven_live_sessions_are_the_same_with_a_drafter(generated, tiny_four_layer_model):
+    model, tokenizer = tiny_four_layer_model
+    config = SessionConfig(max_notices=4, device=FAST)
+
+    def play(drafter):
+        policies = []
+
+        def factory(timeline):
+            policies.append(ModelPolicy(model, tokenizer, timeline, max_new_tokens=10, drafter=drafter, margin=ALWAYS))
+            return policies[-1]
+
+        run = run_policy("tiny", generated[0][:2], factory, make_backend, config, concurrency=1, progress=False)
+        return [log.timeline.events for log in run.logs], policies
+
+    plain, _ = play(None)
+    for name in ("prompt_lookup", "layer_skip:2"):
+        events, policies = play(make_drafter(name, model))
+        assert events == plain, name
+        assert sum(policy.decoding.drafts for policy in policies) > 0
+
+
+def test_layer_skip_drafts_with_the_first_layers_over_the_targets_cache_and_leaves_it_as_it_was(
+    tiny_four_layer_model,
+):
+    model, _ = tiny_four_layer_model
+    drafter = LayerSkipDrafter(model, 2)
+    shallow = LlamaForCausalLM(LlamaConfig(**{**model.config.to_dict(), "num_hidden_layers": 2})).eval()
+    shallow.load_state_dict(
+        {
+            k: v
+            for k, v in model.state_dict().items()
+            if not k.startswith("model.layers.2") and not k.startswith("model.layers.3")
+        }
+    )
+    shallow.config._attn_implementation = "sdpa"
+    ids = torch.randint(model.config.vocab_size, (40,), generator=torch.Generator().manual_seed(1)).tolist()
+    until = [math.inf] * 60
+    cache = DynamicCache()
+    with torch.no_grad():
+        feed_rows(model, cache, ids[:30], [0.0] * 30, until, 1)
+        before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
+        draft = drafter.propose(DraftRequest(ids[:31], 30, cache, [0.0] * 30, 0.0, until, 5, end_id=-1))
+        # The drafter's greedy continuation is the 2-layer model's, computed from scratch.
+        expected, context = [], ids[:31]
+        for _ in range(5):
+            expected.append(int(shallow(input_ids=torch.tensor([context + expected])).logits[0, -1].argmax()))
+    assert draft.tokens == expected
+    assert [(layer.keys.shape, layer.values.shape) for layer in cache.layers] == [
+        (k.shape, v.shape) for k, v in before
+    ]
+    assert all(torch.equal(layer.keys, k) for layer, (k, _) in zip(cache.layers, before, strict=True))
+    assert len(model.model.layers) == 4  # the full layer list is back
+
+
+def test_prompt_lookup_copies_what_followed_the_latest_match_of_the_longest_n_gram():
+    drafter = PromptLookupDrafter()
+    request = DraftRequest([5, 6, 7, 1, 2, 3, 9, 1, 2, 3, 4, 8, 2, 3], 0, None, [], 0.0, [], 3, end_id=8)
+    assert drafter.propose(request).tokens == [4, 8]  # "2 3" last followed by "4 8" (cut after the end token)
+    request.corpus, request.ids = [11, 12, 13, 14], [20, 11, 12]
+    assert drafter.propose(request).tokens == [13, 14]  # from the corpus when the context has no match
+    request.ids = [20, 21]
+    assert drafter.propose(request).tokens == []
+
+
+def test_a_quantized_drafter_is_derived_again_when_the_targets_weights_change(tiny_four_layer_model):
+    pytest.importorskip("torchao")
+    model, _ = tiny_four_layer_model
+    drafter = QuantizedDrafter(model, 8)
+    first = drafter.draft_model
+    drafter.session()
+    assert drafter.draft_model is first  # nothing changed: the same copy
+    weight = model.model.layers[0].mlp.up_proj.weight
+    with torch.no_grad():
+        weight.add_(0.0)  # an in-place update, as an optimizer step
+    drafter.session()
+    assert drafter.draft_model is not first
+
+
+def _chi_square_p(observed: list[int], expected: list[float]) -> float:
+    # Pearson's statistic and its upper tail, Q(k/2, x/2) for k = cells - 1 degrees of freedom.
+    statistic = sum((o - e) ** 2 / e for o, e in zip(observed, expected, strict=True))
+    dof = len(observed) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(statistic / 2)))
+
+
+def test_rejection_sampling_keeps_the_target_distribution_whatever_the_draft():
+    rng = np.random.default_rng(0)
+    target = np.array([0.4, 0.25, 0.15, 0.1, 0.07, 0.03])
+    for draft in (np.array([0.05, 0.05, 0.1, 0.2, 0.3, 0.3]), None):
+        counts = Counter()
+        for _ in range(20_000):
+            proposed = 4 if draft is None else int(rng.choice(6, p=draft))  # a fixed (lookup) or a sampled draft
+            counts[sample_verified(target, proposed, draft, rng)] += 1
+        observed = [counts[token] for token in range(6)]
+        assert _chi_square_p(observed, list(target * 20_000)) > 1e-3
+
+
+def _exact_distribution(model, context, length, temperature, end_id):
+    # P(first `length` tokens) under plain sampling, by enumeration of the likely prefixes (the rest pooled), each
+    # prefix fed over a cache of the context and cropped off again.
+    cache, until = DynamicCache(), [math.inf] * (len(context) + length)
+    with torch.no_grad():
+        first = feed_rows(model, cache, context, [0.0] * len(context), until, 1)[0]
+    outcomes = {(): 1.0}
+    for _ in range(length):
+        grown = {}
+        for prefix, probability in outcomes.items():
+            if prefix and prefix[-1] == end_id:
+                grown[prefix] = probability
+                continue
+            with torch.no_grad():
+                logits = feed_rows(model, cache, list(prefix), [0.0] * len(prefix), until, 1)[0] if prefix else first
+            crop_cache(cache, len(context))
+            probs = torch.softmax(logits.double() / temperature, -1)
+            for token in torch.nonzero(probs * probability > 2e-4).flatten().tolist():
+                grown[prefix + (token,)] = probability * float(probs[token])
+        outcomes = grown
+    return outcomes
+
+
+class _Deterministic:
+    """The first layers' argmax as a fixed proposal (no distribution), as a prompt lookup proposes: rejection
+    sampling then sees point masses; unlike a lookup on a random model's output, it is often right."""
+
+    name = "deterministic"
+
+    def __init__(self, model):
+        self.inner = LayerSkipDrafter(model, 2)
+
+    def session(self):
+        return self
+
+    def close(self):
+        pass
+
+    def propose(self, request):
+        request.temperature = 0.0
+        return self.inner.propose(request)
+
+
+@pytest.mark.parametrize("drafts", ["fixed", "sampled"])
+def test_sampled_speculative_actions_follow_the_targets_distribution(generated, tiny_four_layer_model, drafts):
+    model, tokenizer = tiny_four_layer_model
+    timeline = generated[0][0]
+    drafter = _Deterministic(model) if drafts == "fixed" else make_drafter("layer_skip:2", model)
+    policy = ModelPolicy(
+        model, tokenizer, timeline, max_new_tokens=3, drafter=drafter, temperature=0.2, seed=7, margin=ALWAYS
+    )
+    policy.observe(timeline.events[:1])
+    t = timeline.events[0].t + 0.5
+    samples = Counter()
+    trials = 600
+    for _ in range(trials):
+        policy.act(t)  # the same context each time: act drops its prompt and tokens from the cache
+        samples[tuple(policy.last_action_ids)] += 1
+    assert policy.decoding.drafts >= trials and 0 < policy.decoding.accepted < policy.decoding.drafted
+    context = policy.fed_ids + policy.renderer.prompt_for_action(t)
+    exact = _exact_distribution(model, context, 3, 0.2, policy.end_id)
+    cells = [outcome for outcome, p in exact.items() if p * trials >= 5]
+    expected = [exact[outcome] * trials for outcome in cells]
+    observed = [samples[outcome] for outcome in cells]
+    expected.append(trials - sum(expected))
+    observed.append(trials - sum(observed))
+    assert len(cells) >= 5 and _chi_square_p(observed, expected) > 1e-3
+
+
+def test_expected_speedup_is_the_issues_formula_with_verification_at_one_step():
+    alpha, gamma, c = 0.7, 4, 0.2
+    issue = (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+    assert expected_speedup(alpha, gamma, c) == pytest.approx(issue)
+    assert expected_speedup(1.0, 3, 0.0) == 4.0 and expected_speedup(0.0, 3, 0.0, 2.0) == 0.5
+    assert expected_speedup(0.9, 0, 0.5) == 1.0
+
+
+def test_the_toggle_speculates_only_where_the_measured_costs_let_it_pay():
+    cpu = SpeculationCosts(0.045, {1: 1.0, 2: 1.2, 3: 1.6, 4: 2.0, 5: 2.2, 6: 2.4, 7: 2.6})
+    # A drafter costlier than the target (torchao int8 on this CPU: 1.8x a step) never pays, whatever α.
+    slow = DraftLength(1.8, cpu.verify, prior_alpha=0.99, prior_weight=1e6, probe_every=10**9)
+    assert all(slow.choose() == 0 for _ in range(50))
+    # A free drafter with high acceptance drafts long; with low acceptance it stays off but probes now and then.
+    sure = DraftLength(0.0, cpu.verify, prior_alpha=0.95, prior_weight=1e6)
+    unsure = DraftLength(0.0, cpu.verify, prior_alpha=0.2, prior_weight=1e6, probe_every=8)
+    assert sure.choose() >= 3
+    assert [unsure.choose() for _ in range(16)].count(1) == 2 and unsure.best()[1] < 1.1
+    # The session's own measurement moves it: drafts that keep being accepted turn it on.
+    learning = DraftLength(0.0, cpu.verify, prior_alpha=0.2, prior_weight=4)
+    assert learning.choose() == 0
+    for _ in range(20):
+        learning.record(3, 3)
+    assert learning.choose() >= 2
+    # The margin: a gain of 5% is not worth it at the default margin of 10%.
+    assert (
+        DraftLength(0.0, lambda k: 1.0 + 0.45 * (k - 1), prior_alpha=0.5, prior_weight=1e6, margin=0.1).choose() == 0
+    )
+
+
+def test_auto_picks_by_the_cost_model_and_none_where_nothing_pays(tiny_four_layer_model):
+    model, _ = tiny_four_layer_model
+    costs = SpeculationCosts(
+        0.045,
+        {1: 1.0, 2: 1.2, 3: 1.6, 4: 2.0},
+        {"prompt_lookup": 0.01, "layer_skip:2": 0.5, "int8": 1.8},
+        acceptance={"prompt_lookup": 0.6, "layer_skip:2": 0.3, "int8": 0.95},
+    )
+    drafter, _ = resolve_drafter("auto", model, costs)
+    assert drafter is not None and drafter.name == "prompt_lookup"
+    poor = SpeculationCosts(0.045, costs.verify_ratio, costs.draft_ratio, {k: 0.05 for k in costs.draft_ratio})
+    assert resolve_drafter("auto", model, poor)[0] is None
+
+
+def test_eval_with_a_drafter_writes_decoding_metrics_and_profile_measures_speculation(tmp_path, generated):
+    import json
+
+    from clocktune.cli import main
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from clocktune.runtime.device_profiles import load_device_profile, load_speculation_costs
+    from clocktune.timeline.io import write_timelines
+
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "checkpoint"
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, **TINY)).save_pretrained(
+        checkpoint
+    )
+    tokenizer.save_pretrained(checkpoint)
+    data = tmp_path / "data.jsonl"
+    write_timelines(data, generated[0][:1])
+    profile = tmp_path / "profile.yaml"
+    argv = ["profile", "--model", str(checkpoint), "--context-tokens", "64", "--drafters", "prompt_lookup"]
+    assert main([*argv, "--data", str(data), "--limit", "1", "--draft", "prompt_lookup", "--out", str(profile)]) == 0
+    costs = load_speculation_costs(str(profile))
+    assert costs.verify_ratio[1] == 1.0 and "prompt_lookup" in costs.draft_ratio
+    assert set(costs.decode_tokens_per_s) == {"none", "prompt_lookup"}
+    assert load_device_profile(str(profile)).decode_tokens_per_s > 0
+    out = tmp_path / "eval"
+    argv = ["eval", "--data", str(data), "--model", str(checkpoint), "--policy", "speculative"]
+    argv += ["--baseline", "sync", "--baseline-model", "scripted", "--profile", str(profile)]
+    assert main([*argv, "--draft", "prompt_lookup", "--out", str(out)]) == 0
+    decoding = json.loads((out / "summary.json").read_text())["decoding"]["policy"]
+    assert decoding["drafter"] == "prompt_lookup" and decoding["actions"] > 0
+    assert {"acceptance_rate", "mean_accepted_length", "acceptance_by_position", "tokens_per_s"} <= set(decoding)
+    assert main([*argv, "--draft", "layer_skip:9", "--out", str(tmp_path / "bad")]) == 2  # only 2 layers
+
+
+def test_crop_cache_cuts_every_layer_to_one_length():
+    cache = DynamicCache()
+    for layer, length in ((0, 7), (1, 5)):
+        cache.update(torch.zeros(1, 1, length, 2), torch.zeros(1, 1, length, 2), layer)
+    crop_cache(cache, 5)
+    assert [layer.get_seq_length() for layer in cache.layers] == [5, 5]
