@@ -30,10 +30,10 @@ from typing import Any
 
 from clocktune.clock import SpeechChunk, estimate_tokens, sample_failure, sample_latency, speak, speaker_rate
 from clocktune.timeline.events import Event, GroundTruth, GroundTruthCall, ToolSchema
-from clocktune.timeline.refs import iter_refs, resolve_refs
+from clocktune.timeline.refs import resolve_refs
 from data_gen.config import GeneratorConfig
 from data_gen.domains.base import Domain, ToolError
-from data_gen.task import Answer, PlannedCall, Reading, Task, Turn
+from data_gen.task import Answer, PlannedCall, Reading, Task, Turn, referenced_keys, rekey
 
 ACKNOWLEDGEMENTS = ("One moment.", "Let me check.", "On it.", "Sure, checking now.", "Give me a second.")
 
@@ -66,22 +66,6 @@ class _Call:
     def open(self) -> bool:
         """Whether the agent may still modify or cancel the call."""
         return not self.cancelled and not (self.side_effect and self.committed)
-
-
-def _refs(arguments: Any) -> list[str]:
-    return list(dict.fromkeys(iter_refs(arguments)))
-
-
-def _rekey(arguments: Any, ids: dict[str, str]) -> Any:
-    # Planned calls reference each other by key; timeline calls reference call ids.
-    if isinstance(arguments, dict):
-        if len(arguments) == 1 and isinstance(arguments.get("$ref"), str):
-            key, _, path = arguments["$ref"].partition(".")
-            return {"$ref": f"{ids[key]}.{path}" if path else ids[key]}
-        return {name: _rekey(value, ids) for name, value in arguments.items()}
-    if isinstance(arguments, list):
-        return [_rekey(value, ids) for value in arguments]
-    return arguments
 
 
 @dataclass
@@ -159,7 +143,7 @@ class Simulation:
     def _try_dispatch(self, call: _Call, t: float) -> None:
         if call.cancelled or not call.needs_dispatch or (call.side_effect and not call.committed):
             return
-        deps = [self._calls[target] for target in _refs(call.arguments)]
+        deps = [self._calls[target] for target in referenced_keys(call.arguments)]
         if any(dep.executor_version != dep.version for dep in deps):
             return  # dispatched again when the missing result arrives
         call.needs_dispatch = False
@@ -289,9 +273,9 @@ class Simulation:
         return "wait", {}
 
     def _reconcile(self, planned: PlannedCall) -> tuple[str, dict[str, Any]] | None:
-        if any(key not in self._by_key for key in _refs(planned.arguments)):
+        if any(key not in self._by_key for key in referenced_keys(planned.arguments)):
             return None  # its inputs come first
-        arguments = _rekey(planned.arguments, {key: call.call_id for key, call in self._by_key.items()})
+        arguments = rekey(planned.arguments, {key: call.call_id for key, call in self._by_key.items()})
         call = self._by_key.get(planned.key)
         if call is None:
             return "tool_call", {"planned": planned, "arguments": arguments}
@@ -347,7 +331,7 @@ class Simulation:
             )
             self._calls[call_id] = call
             self._by_key[planned.key] = call
-            for target in _refs(arguments):
+            for target in referenced_keys(arguments):
                 self._dependents.setdefault(target, []).append(call_id)
             self._emit(t, "tool_call", "agent", call_id=call_id, name=planned.name, arguments=arguments)
             self._try_dispatch(call, end)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from clocktune.timeline.refs import iter_refs
+
 # Endings speakers add after the part that matters; they are what makes early calls pay off.
 TAILS = (
     "please",
@@ -55,6 +57,31 @@ def call(key: str, tool: str, /, **arguments: Any) -> PlannedCall:
 def ref(key: str, path: str = "") -> dict[str, str]:
     """A reference to planned call ``key``'s result, or to ``path`` inside it (dot-separated keys and indices)."""
     return {"$ref": f"{key}.{path}" if path else key}
+
+
+def referenced_keys(arguments: Any) -> list[str]:
+    """The planned calls whose results ``arguments`` reference (``{"$ref": "key.path"}``), each once, in order."""
+    return list(dict.fromkeys(iter_refs(arguments)))
+
+
+def rekey(arguments: Any, ids: dict[str, str]) -> Any:
+    """``arguments`` with each ``$ref`` to a planned call's key turned into one to the call id standing for it.
+
+    Args:
+        arguments: A planned call's arguments (planned calls reference each other by key).
+        ids: The call id of each referenced key.
+
+    Returns:
+        The arguments as a timeline call writes them (timeline calls reference call ids).
+    """
+    if isinstance(arguments, dict):
+        if len(arguments) == 1 and isinstance(arguments.get("$ref"), str):
+            key, _, path = arguments["$ref"].partition(".")
+            return {"$ref": f"{ids[key]}.{path}" if path else ids[key]}
+        return {name: rekey(value, ids) for name, value in arguments.items()}
+    if isinstance(arguments, list):
+        return [rekey(value, ids) for value in arguments]
+    return arguments
 
 
 @dataclass

@@ -37,10 +37,9 @@ from clocktune.actions import Action
 from clocktune.clock import estimate_tokens
 from clocktune.runtime.policy import Decision
 from clocktune.timeline.events import Event, ToolSchema
-from clocktune.timeline.refs import iter_refs
 from data_gen.expert.view import UNRESOLVED, CallView, SessionView, failure_kind
 from data_gen.planner import ACKNOWLEDGEMENTS
-from data_gen.task import PlannedCall, Reading, Task, Turn
+from data_gen.task import PlannedCall, Reading, Task, Turn, referenced_keys, rekey
 
 __all__ = ["EXPERT_STRATEGIES", "MAX_RETRIES", "ExpertPolicy"]
 
@@ -48,23 +47,6 @@ EXPERT_STRATEGIES = ("speculative", "sync", "sync_parallel", "async", "oracle")
 # Runs of one gold call after transient failures (timeouts, injected faults) before the expert apologises.
 MAX_RETRIES = 3
 _WAIT = Action("wait")
-
-
-def _keys(arguments: Any) -> list[str]:
-    # The planned calls a planned call's arguments reference (``{"$ref": "key.path"}``).
-    return list(dict.fromkeys(iter_refs(arguments)))
-
-
-def _rekey(arguments: Any, ids: dict[str, str]) -> Any:
-    # Planned calls reference each other by key; session calls by call id.
-    if isinstance(arguments, dict):
-        if len(arguments) == 1 and isinstance(arguments.get("$ref"), str):
-            key, _, path = arguments["$ref"].partition(".")
-            return {"$ref": f"{ids[key]}.{path}" if path else ids[key]}
-        return {name: _rekey(value, ids) for name, value in arguments.items()}
-    if isinstance(arguments, list):
-        return [_rekey(value, ids) for value in arguments]
-    return arguments
 
 
 def settle_points(turn: Turn, threshold: float) -> dict[str, int]:
@@ -283,9 +265,9 @@ class ExpertPolicy:
     def _target(self, planned: PlannedCall, resolved: bool) -> dict[str, Any] | None:
         """The arguments ``planned`` wants now (references by call id, or resolved), or ``None`` until its inputs
         are bound (and, ``resolved``, their results are in)."""
-        if any(key not in self._bound for key in _keys(planned.arguments)):
+        if any(key not in self._bound for key in referenced_keys(planned.arguments)):
             return None
-        arguments = _rekey(planned.arguments, self._bound)
+        arguments = rekey(planned.arguments, self._bound)
         if not resolved:
             return arguments
         values = self.view.resolve(arguments)
@@ -372,7 +354,7 @@ class ExpertPolicy:
     def _blocked(self, planned: PlannedCall) -> bool:
         """Whether an input of ``planned`` failed for good, so that it cannot run (checked through its inputs)."""
         gold = {p.key: p for p in self.task.turns[self.view.turn].gold.calls}
-        for key in _keys(planned.arguments):
+        for key in referenced_keys(planned.arguments):
             if self._failed_for_good(key) is not None or (key in gold and self._blocked(gold[key])):
                 return True
         return False
@@ -397,7 +379,7 @@ class ExpertPolicy:
         target = self._target(planned, resolved=False)
         if call is None or target is None or not self.view.same_call(call, planned.name, target):
             return False
-        return all(self._correct(ref, gold) for ref in _keys(planned.arguments) if ref in gold)
+        return all(self._correct(ref, gold) for ref in referenced_keys(planned.arguments) if ref in gold)
 
     def _commit(self, turn: Turn) -> Action | None:
         """``commit`` when it releases something and everything it would release is right; else ``None``."""
