@@ -12,6 +12,7 @@ from clocktune.runtime.scripted import ScriptedPolicy
 from clocktune.runtime.session import Session, SessionConfig
 from clocktune.runtime.virtual_clock import run_virtual
 from data_gen.backends import make_backend
+from tests.model_probe import ModelProbe
 from tests.tiny_models import TINY
 from tests.tiny_tokenizer import tiny_tokenizer
 
@@ -31,29 +32,6 @@ def tiny_chatml_model():
     return model, tokenizer
 
 
-class _ReplayThroughModel:
-    """Feeds a ModelPolicy the session's events but acts like the scripted speculative policy, and records the
-    model's logits at each decision point: the model's context goes through every path a real model run does."""
-
-    io_bound = False
-
-    def __init__(self, model_policy, scripted):
-        self.inner, self.scripted, self.name = model_policy, scripted, "probe"
-        self.logits = []
-
-    def close(self):
-        self.inner.close()
-
-    def observe(self, events):
-        self.scripted.observe(events)
-        return self.inner.observe(events)
-
-    def act(self, t):
-        self.inner.act(t)  # runs the cache, the streaming mask and greedy decoding; its choice is ignored
-        self.logits.append((t, len(self.inner.fed_ids), self.inner.last_prompt_logits))
-        return self.scripted.act(t)
-
-
 def test_model_policy_context_renders_to_the_ids_fed_and_matches_a_full_forward(generated, tiny_chatml_model):
     from clocktune.masks import build_float_mask
     from clocktune.render import Renderer, render
@@ -62,7 +40,7 @@ def test_model_policy_context_renders_to_the_ids_fed_and_matches_a_full_forward(
     model, tokenizer = tiny_chatml_model
     # A timeline with a revision or a modify, so that tokens get hidden while the session runs.
     timeline = next(t for t in generated[0] if any(e.kind == "tool_modify" for e in t.events) and len(t.events) < 40)
-    probe = _ReplayThroughModel(
+    probe = ModelProbe(
         ModelPolicy(model, tokenizer, timeline, max_new_tokens=4), ScriptedPolicy(timeline, "speculative")
     )
     log = run_virtual(Session(timeline, probe, SessionConfig(), make_backend(timeline)).run())
@@ -106,7 +84,7 @@ def test_sessions_of_one_model_share_the_system_prompt_prefill(generated, tiny_c
     def play(timeline, system_caches):
         fed.clear()
         policy = ModelPolicy(model, tokenizer, timeline, max_new_tokens=4, system_caches=system_caches)
-        probe = _ReplayThroughModel(policy, ScriptedPolicy(timeline, "speculative"))
+        probe = ModelProbe(policy, ScriptedPolicy(timeline, "speculative"))
         run_virtual(Session(timeline, probe, SessionConfig(), make_backend(timeline)).run())
         return [logits for _, _, logits in probe.logits], sum(fed), len(policy.system_ids)
 

@@ -44,8 +44,8 @@ def experts():
 def _trained_ids(example, tokenizer) -> set[str]:
     # The agent events of an example whose tokens carry loss once rendered.
     rendering = render(example, tokenizer)
-    indices = {index for index, label in zip(rendering.event_index, rendering.labels, strict=True) if label != -100}
-    assert IGNORE_INDEX == -100
+    labelled = zip(rendering.event_index, rendering.labels, strict=True)
+    indices = {index for index, label in labelled if label != IGNORE_INDEX}
     return {example.events[index].id for index in indices}
 
 

@@ -26,6 +26,7 @@ from clocktune.runtime.session import SessionConfig
 from clocktune.runtime.speculation_runs import ALWAYS
 from clocktune.runtime.speculative import DraftLength, SpeculationCosts, expected_speedup, sample_verified
 from data_gen.backends import make_backend
+from tests.model_probe import ModelProbe
 from tests.tiny_models import TINY
 from tests.tiny_tokenizer import tiny_tokenizer
 
@@ -57,29 +58,6 @@ def tiny_four_layer_model():
     return model, tokenizer
 
 
-class _Probe:
-    """Decodes with a model policy at every decision point and records its tokens, while a scripted policy acts:
-    the model's context is a live session's (arrivals at boundaries, revisions hidden), whatever it writes."""
-
-    io_bound = False
-
-    def __init__(self, model_policy, scripted):
-        self.inner, self.scripted, self.name = model_policy, scripted, "probe"
-        self.actions = []
-
-    def close(self):
-        self.inner.close()
-
-    def observe(self, events):
-        self.scripted.observe(events)
-        return self.inner.observe(events)
-
-    def act(self, t):
-        self.inner.act(t)
-        self.actions.append(list(self.inner.last_action_ids))
-        return self.scripted.act(t)
-
-
 def _short(generated, count=2):
     # Short dialogues with a revision or a modify, so that tokens get hidden while the session runs.
     timelines = [t for t in generated[0] if len(t.events) < 36 and any(e.kind == "tool_modify" for e in t.events)]
@@ -93,7 +71,7 @@ def _play(model, tokenizer, timelines, drafter, constrained, **options):
         policy = ModelPolicy(
             model, tokenizer, timeline, max_new_tokens=12, constrained=constrained, drafter=drafter, **options
         )
-        probes.append(_Probe(policy, ScriptedPolicy(timeline, "speculative")))
+        probes.append(ModelProbe(policy, ScriptedPolicy(timeline, "speculative")))
         return probes[-1]
 
     run_policy("probe", timelines, factory, make_backend, SessionConfig(device=FAST), concurrency=1, progress=False)

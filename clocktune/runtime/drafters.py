@@ -29,7 +29,7 @@ import contextlib
 import copy
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -146,6 +146,21 @@ def _pick(logits: torch.Tensor, request: DraftRequest) -> tuple[int, np.ndarray 
     cumulative = np.cumsum(probs)
     token = int(min(np.searchsorted(cumulative, request.rng.random(), side="right"), len(probs) - 1))
     return token, probs
+
+
+def _draft_with(forward: Callable[[list[int]], torch.Tensor], fresh: list[int], request: DraftRequest) -> Draft:
+    # The autoregressive loop of a model drafter: ``forward(ids)`` feeds ids over the drafter's cache and returns the
+    # next-token logits; the draft stops at ``gamma`` tokens or the end token.
+    tokens: list[int] = []
+    probs: list[np.ndarray | None] = []
+    while len(tokens) < request.gamma:
+        token, prob = _pick(forward(fresh), request)
+        tokens.append(token)
+        probs.append(prob)
+        if token == request.end_id:
+            break
+        fresh = [token]
+    return Draft(tokens, probs if request.temperature > 0 else None)
 
 
 class PromptLookupDrafter:
@@ -282,20 +297,14 @@ class LayerSkipDrafter:
             The draft (with each token's distribution when sampling).
         """
         cache, cached = request.cache, request.cached
-        tokens: list[int] = []
-        probs: list[np.ndarray | None] = []
-        fresh = request.ids[cached:]
+
+        def forward(ids: list[int]) -> torch.Tensor:
+            return feed_rows(self.model, cache, ids, [request.t] * len(ids), request.visible_until, 1)[0]
+
         with self.shallow():
-            while len(tokens) < request.gamma:
-                logits = feed_rows(self.model, cache, fresh, [request.t] * len(fresh), request.visible_until, 1)[0]
-                token, prob = _pick(logits, request)
-                tokens.append(token)
-                probs.append(prob)
-                if token == request.end_id:
-                    break
-                fresh = [token]
+            draft = _draft_with(forward, request.ids[cached:], request)
         crop_cache(cache, cached)  # only the first layers grew; the target's verification feeds the draft itself
-        return Draft(tokens, probs if request.temperature > 0 else None)
+        return draft
 
 
 def weights_stamp(model: Any) -> tuple[int, ...]:
@@ -396,22 +405,15 @@ class _QuantizedSession:
             The draft (with each token's distribution when sampling).
         """
         model = self.drafter.draft_model
-        fresh = self._sync(request)
-        tokens: list[int] = []
-        probs: list[np.ndarray | None] = []
-        while len(tokens) < request.gamma:
+
+        def forward(ids: list[int]) -> torch.Tensor:
             start = len(self.ids)
-            logits = feed_rows(
-                model, self.cache, fresh, request.times_of(start, start + len(fresh)), request.visible_until, 1
-            )[0]
-            self.ids += fresh
-            token, prob = _pick(logits, request)
-            tokens.append(token)
-            probs.append(prob)
-            if token == request.end_id:
-                break
-            fresh = [token]
-        return Draft(tokens, probs if request.temperature > 0 else None)
+            times = request.times_of(start, start + len(ids))
+            logits = feed_rows(model, self.cache, ids, times, request.visible_until, 1)[0]
+            self.ids += ids
+            return logits
+
+        return _draft_with(forward, self._sync(request), request)
 
 
 def make_drafter(name: str, model: Any) -> Drafter | None:
