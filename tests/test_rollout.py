@@ -167,3 +167,22 @@ def test_a_students_off_schema_call_validates_as_context_but_not_as_a_target(gen
     as_target = replace(timeline, events=events)
     assert any(issue.field.startswith(f"events.{index}.arguments") for issue in validate_timeline(as_target))
     assert validate_timeline(replace(as_target, context_only=[call.id])) == []
+
+
+def test_a_rollout_whose_student_drafts_speculatively_writes_the_same_data_and_reports_its_acceptance(tmp_path):
+    from clocktune.cli import main
+    from data_gen.cli import main as datagen
+
+    data, checkpoint = tmp_path / "data", tmp_path / "checkpoint"
+    assert datagen(["generate", "--num", "3", "--seed", "5", "--out", str(data), "--quiet"]) == 0
+    _tiny_checkpoint(checkpoint)
+    argv = ["rollout", "--model", str(checkpoint), "--data", str(data), "--limit", "3"]
+    assert main([*argv, "--out", str(tmp_path / "plain")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "drafted"), "--draft", "prompt_lookup"]) == 0
+
+    plain = (tmp_path / "plain" / "data" / "rollouts.jsonl").read_bytes()
+    assert plain and (tmp_path / "drafted" / "data" / "rollouts.jsonl").read_bytes() == plain
+    decoding = json.loads((tmp_path / "drafted" / "summary.json").read_text())["decoding"]["student"]
+    assert decoding["drafter"] == "prompt_lookup" and decoding["drafts"] > 0
+    plain_decoding = json.loads((tmp_path / "plain" / "summary.json").read_text())["decoding"]["student"]
+    assert plain_decoding["drafter"] == "none" and plain_decoding["drafts"] == 0

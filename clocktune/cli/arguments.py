@@ -19,6 +19,7 @@ import yaml
 __all__ = [
     "EXPECTED_ERRORS",
     "describe_error",
+    "draft_name",
     "non_negative_int",
     "output_file",
     "output_folder",
@@ -77,6 +78,26 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
+
+
+def draft_name(text: str) -> str:
+    """A ``--draft`` value: one of the drafters, ``layer_skip:N`` or ``prompt_lookup:N`` with a positive N.
+
+    Args:
+        text: The argument as typed.
+
+    Returns:
+        ``text``, checked.
+
+    Raises:
+        argparse.ArgumentTypeError: For anything else.
+    """
+    base, colon, layers = text.partition(":")
+    if base not in ("none", "prompt_lookup", "layer_skip", "int8", "int4", "auto") or (
+        colon and (base not in ("layer_skip", "prompt_lookup") or not layers.isdigit() or int(layers) < 1)
+    ):
+        raise argparse.ArgumentTypeError(f"{text!r}: one of none, prompt_lookup[:N], layer_skip[:N], int8, int4, auto")
+    return text
 
 
 def _existing_ancestor(path: Path) -> Path:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from clocktune.cli.arguments import (
+    draft_name,
     non_negative_int,
     output_file,
     output_folder,
@@ -35,6 +36,7 @@ from clocktune.cli.arguments import (
     probability,
     run_command,
 )
+from clocktune.cli.decoding_report import add_decoding_summary
 from clocktune.cli.rollout import add_rollout_parser
 from clocktune.tokenizers import DEFAULT_CODEC, load_tokenizer, prepare_tokenizer
 
@@ -256,32 +258,6 @@ def _default_concurrency(clock: str, local_model: bool) -> int:
     return 1 if local_model else 8
 
 
-def _add_decoding_summary(out: Path, specs: dict[str, Any]) -> None:
-    """Adds a checkpoint's decoding metrics (acceptance, tokens/s, ms per step) to OUT/summary.json, and prints them.
-
-    Sessions resumed from a journal were decoded by an earlier run: only those played now are counted.
-    """
-    from clocktune.atomic import atomic_write_text
-
-    decoding = {
-        role: spec.factory.decoding.summary()
-        for role, spec in specs.items()
-        if getattr(spec.factory, "decoding", None) is not None and spec.factory.decoding.actions
-    }
-    if not decoding:
-        return
-    path = out / "summary.json"
-    summary = json.loads(path.read_text(encoding="utf-8"))
-    summary["decoding"] = decoding
-    atomic_write_text(path, json.dumps(summary, indent=2) + "\n")
-    for role, metrics in decoding.items():
-        print(
-            f"decoding ({role}, {metrics['drafter']}): {metrics['tokens_per_s']} action tokens/s, acceptance "
-            f"{metrics['acceptance_rate']}, mean accepted length {metrics['mean_accepted_length']}, "
-            f"{metrics['target_ms_per_forward']} ms per target forward"
-        )
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     """``clocktune eval``: a policy against a baseline on the same timelines; writes results, summary and plots.
 
@@ -348,22 +324,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "baseline_draft": args.baseline_draft,
         },
     )
-    _add_decoding_summary(Path(args.out), {"policy": policy, "baseline": baseline})
+    add_decoding_summary(Path(args.out), {"policy": policy.factory, "baseline": baseline.factory})
     sessions = ", sessions_<policy>.jsonl" if args.session_logs else ""
     print(f"wrote {args.out}/summary.json, results.jsonl{sessions} and the plots")
     return 0
-
-
-def _draft_name(value: str) -> str:
-    """A ``--draft`` value: one of the drafters, ``layer_skip:N`` or ``prompt_lookup:N`` with a positive N."""
-    base, colon, layers = value.partition(":")
-    if base not in ("none", "prompt_lookup", "layer_skip", "int8", "int4", "auto") or (
-        colon and (base not in ("layer_skip", "prompt_lookup") or not layers.isdigit() or int(layers) < 1)
-    ):
-        raise argparse.ArgumentTypeError(
-            f"{value!r}: one of none, prompt_lookup[:N], layer_skip[:N], int8, int4, auto"
-        )
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -493,9 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
         "prompt_lookup[:N] (n-grams of at least N tokens), layer_skip[:N] (its first N layers), int8/int4 (torchao; needs it), or auto (the cost "
         "model picks from the profile's measured costs; none when nothing pays)"
     )
-    evaluate.add_argument("--draft", default="none", type=_draft_name, help=f"the policy's drafter: {draft_help}")
+    evaluate.add_argument("--draft", default="none", type=draft_name, help=f"the policy's drafter: {draft_help}")
     evaluate.add_argument(
-        "--baseline-draft", default="none", type=_draft_name, help="the baseline's drafter (default: none)"
+        "--baseline-draft", default="none", type=draft_name, help="the baseline's drafter (default: none)"
     )
     evaluate.set_defaults(func=cmd_eval)
 
@@ -510,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument(
         "--drafters",
         nargs="*",
-        type=_draft_name,
+        type=draft_name,
         default=["prompt_lookup", "layer_skip", "int8"],
         help="drafters whose cost of speculative decoding to measure (none: skip the speculation section)",
     )
@@ -521,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument(
         "--draft",
         default="none",
-        type=_draft_name,
+        type=draft_name,
         help="charge this drafter's decode rate measured on the --data sessions (default: plain decoding's)",
     )
     profile.add_argument(

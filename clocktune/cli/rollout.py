@@ -9,8 +9,9 @@ Then train the next round on both folders: ``train_data: [runs/demo/data/train, 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from clocktune.cli.arguments import output_folder, positive_int
+from clocktune.cli.arguments import draft_name, output_folder, positive_int
 from clocktune.clock import PROFILES
 
 __all__ = ["add_rollout_parser", "cmd_rollout"]
@@ -25,8 +26,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     Returns:
         The exit status, 0.
     """
+    from clocktune.cli.decoding_report import add_decoding_summary
     from clocktune.rendered_dataset import load_timeline_files
-    from clocktune.runtime.device_profiles import load_device_profile
+    from clocktune.runtime.device_profiles import load_device_profile, load_speculation_costs
     from clocktune.runtime.journal import checkpoint_stamp
     from clocktune.runtime.policy_factories import load_policy_model, policy_spec
     from clocktune.runtime.session import SessionConfig
@@ -37,7 +39,14 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     config = generator_config_of(args.data)
     experts = expert_factory(args.expert, config)
     timelines = load_timeline_files([args.data])[: args.limit]
-    student = policy_spec(args.strategy, args.model, load_policy_model(args.model))
+    student = policy_spec(
+        args.strategy,
+        args.model,
+        load_policy_model(args.model),
+        constrained=args.constrained,
+        draft=args.draft,
+        costs=load_speculation_costs(args.profile),
+    )
     session_config = SessionConfig(device=load_device_profile(args.profile))
     settings = {
         "model": args.model,
@@ -47,6 +56,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "expert": args.expert,
         "strategy": args.strategy,
         "profile": args.profile,
+        "constrained": args.constrained,
+        "draft": args.draft,
     }
     summary = rollout(timelines, student, experts, make_backend, session_config, args.out, settings)
     print(
@@ -54,6 +65,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         f"({summary.live_accuracy:.2f}), took the expert's action at {summary.agreed} of {summary.decisions} "
         f"decision points; {summary.examples} examples, labels {summary.labels}"
     )
+    add_decoding_summary(Path(args.out), {"student": student.factory})
     print(f"wrote {args.out}/data/rollouts.jsonl and {args.out}/summary.json")
     return 0
 
@@ -79,5 +91,17 @@ def add_rollout_parser(sub: argparse._SubParsersAction) -> None:
         "--profile",
         default="phone-135m",
         help=f"device compute profile of the virtual clock: {', '.join(sorted(PROFILES))}, or a YAML file",
+    )
+    rollout.add_argument(
+        "--constrained",
+        action="store_true",
+        help="the student decodes under the grammar of valid actions (needs the `constrained` extra)",
+    )
+    rollout.add_argument(
+        "--draft",
+        default="none",
+        type=draft_name,
+        help="the student's drafter for speculative decoding (lossless: the same data, sooner): none, "
+        "prompt_lookup[:N], layer_skip[:N], int8, int4, auto",
     )
     rollout.set_defaults(func=cmd_rollout)
