@@ -30,6 +30,15 @@ policy runs it (:func:`clocktune.runtime.incremental.measure_rates`: a KV cache,
 and decode rates and per-action overhead of a device profile, to set against the ``h200-3b`` profile the default
 operating point charges (20,000 and 150 tokens/s, 0.01 s). It gets ``DECODE_RESERVE_S`` per model of the budget.
 
+A third table measures the inputs of the speculative-decoding cost model on each model
+(:func:`~clocktune.runtime.incremental.measure_verify_ratios`, :func:`~clocktune.runtime.drafters.measure_draft_ratio`,
+as ``clocktune profile`` does): a decode step, ``v(5)`` (verifying a 4-token draft, in steps) and each self-drafter's
+``c`` (a draft token over a step: ``layer_skip`` over half the layers, torchao ``int8``/``int4`` where torchao is
+installed), with the acceptance each needs before the toggle turns it on (a 10% expected gain,
+:func:`~clocktune.runtime.speculative.break_even_acceptance`). Random weights give no meaningful acceptance, so none
+is measured: set the break-even against the acceptance the demo's checkpoint reaches (BENCHMARKS.md). It gets
+``SPECULATION_RESERVE_S`` per model.
+
 ``--tiny`` swaps in 2-layer configs (hidden 64, vocab 1000) and 1024-token rows, and runs on CPU when there is no
 GPU. flex_attention has no backward on CPU, so there the streaming rows use sdpa with the additive float mask that
 ``attention_inputs`` builds for sdpa, and the attention column says so. ``tests/test_gpu_check.py`` runs it so.
@@ -55,7 +64,9 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from clocktune.collate import IGNORE_INDEX, StreamingCollator, pack_best_fit
 from clocktune.masks import attention_inputs
-from clocktune.runtime.incremental import Rates, measure_rates
+from clocktune.runtime.drafters import make_drafter, measure_draft_ratio
+from clocktune.runtime.incremental import Rates, measure_rates, measure_verify_ratios
+from clocktune.runtime.speculative import SpeculationCosts, break_even_acceptance
 
 WARMUP_STEPS = 3
 MIN_TIMED_STEPS = 3  # a row stops early for time only after this many timed steps
@@ -351,6 +362,13 @@ DECODE_HEADER = DECODE_FORMAT.format(
 ).rstrip()
 # Kept from the training rows' budget for the decoding rows: building a bf16 3B on the GPU and timing it.
 DECODE_RESERVE_S = 30.0
+SPECULATION_DRAFTERS = ("layer_skip", "int8", "int4")
+SPECULATION_FORMAT = "{:<13} {:>8} {:>6} " + " ".join("{:>17}" for _ in SPECULATION_DRAFTERS) + "  {}"
+SPECULATION_HEADER = SPECULATION_FORMAT.format(
+    "model", "step ms", "v(5)", *(f"{name} c / α≥" for name in SPECULATION_DRAFTERS), ""
+).rstrip()
+# Kept for the speculation rows: a bf16 3B again, its int8 and int4 copies (quantizing takes seconds), the timings.
+SPECULATION_RESERVE_S = 45.0
 TABLE_HEADER = ROW_FORMAT.format(
     "model", "mode", "attention", "steps", "tokens/s", "MFU", "peak GiB", "warm-up s", "loss", "note"
 )
@@ -395,6 +413,40 @@ def format_decode_row(model: str, result: Rates | str) -> str:
     ).rstrip()
 
 
+def run_speculation_row(name: str, tiny: bool, device: torch.device) -> tuple[float, float, dict[str, float | str]]:
+    """The cost model's inputs on a freshly built model: ``(step_s, v(5), c or why not, by drafter)``."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(model_config(name, tiny), dtype=dtype, attn_implementation="sdpa")
+    model.eval()
+    context = 256 if tiny else 1024
+    step_s, verify = measure_verify_ratios(model, context, max_tokens=7)
+    ratios: dict[str, float | str] = {}
+    for drafter_name in SPECULATION_DRAFTERS:
+        try:
+            ratios[drafter_name] = measure_draft_ratio(make_drafter(drafter_name, model), model, context)
+        except Exception as error:  # a missing kernel (torchao's int4 on CPU needs mslk) must not cost the others
+            ratios[drafter_name] = f"{type(error).__name__}: {error}"
+    return step_s, verify[5], {"verify": verify, **ratios}
+
+
+def format_speculation_row(model: str, result: tuple[float, float, dict] | str) -> str:
+    """A line of the speculation table; ``result`` is what :func:`run_speculation_row` gave, or the row's text."""
+    if isinstance(result, str):
+        return SPECULATION_FORMAT.format(model, "", "", *("" for _ in SPECULATION_DRAFTERS), result).rstrip()
+    step_s, verify_5, measured = result
+    costs = SpeculationCosts(step_s, measured["verify"])
+    cells = []
+    for name in SPECULATION_DRAFTERS:
+        ratio = measured[name]
+        if isinstance(ratio, str):
+            cells.append("n/a")  # why: printed under the row
+            continue
+        alpha = break_even_acceptance(ratio, costs.verify)
+        cells.append(f"{ratio:.3f} / {'never' if alpha is None else f'{alpha:.2f}'}")
+    return SPECULATION_FORMAT.format(model, f"{step_s * 1000:.2f}", f"{verify_5:.2f}", *cells, "").rstrip()
+
+
 def format_row(model: str, mode: str, attention: str, result: RowResult | str) -> str:
     """A table line; ``result`` is a RowResult or the text of a row without one (OOM, skipped, error)."""
     if isinstance(result, str):
@@ -437,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     deadline = started + args.budget_s
-    train_deadline = deadline - (0.0 if args.tiny else DECODE_RESERVE_S * len(args.models))
+    reserve_s = DECODE_RESERVE_S + SPECULATION_RESERVE_S
+    train_deadline = deadline - (0.0 if args.tiny else reserve_s * len(args.models))
     if torch.cuda.is_available():
         device = torch.device("cuda")
         properties = torch.cuda.get_device_properties(device)
@@ -534,6 +587,28 @@ def main(argv: list[str] | None = None) -> int:
                 decoded, failed = row_error(error), True
             release_memory(device)
         print(format_decode_row(name + label_suffix, decoded), flush=True)
+
+    print()
+    print(
+        f"speculative decoding's costs (random weights, a {'256' if args.tiny else '1,024'}-token cache, batch 1): "
+        "a draft token over a decode step (c) and the acceptance at which the toggle turns the drafter on (10% "
+        "expected gain):"
+    )
+    print(SPECULATION_HEADER)
+    for name in args.models:
+        if time.monotonic() > deadline:
+            speculated: tuple | str = f"skipped: --budget-s {args.budget_s:.0f} spent"
+        else:
+            try:
+                speculated = run_speculation_row(name, args.tiny, device)
+            except Exception as error:
+                speculated, failed = row_error(error), True
+            release_memory(device)
+        print(format_speculation_row(name + label_suffix, speculated), flush=True)
+        if not isinstance(speculated, str):
+            for drafter_name, why in speculated[2].items():
+                if isinstance(why, str):
+                    print(f"  {drafter_name} n/a: {why}")
     print(f"total {time.monotonic() - started:.0f} s")
     return 1 if failed else 0
 

@@ -82,6 +82,11 @@ def test_tiny_run_prints_every_row():
     for line in decoding:
         prefill, decode, overhead, action = (float(value.replace(",", "")) for value in line.split()[1:5])
         assert prefill > decode > 0 and overhead >= 0 and action > 0
+    speculation = [line for line in stdout.split("speculative decoding's costs")[1].splitlines() if "-tiny" in line]
+    assert [line.split()[0] for line in speculation] == ["qwen2.5-tiny", "llama3.2-tiny"]
+    for line in speculation:
+        step_ms, verify_5, layer_skip_c = (float(value) for value in line.split()[1:4])
+        assert step_ms > 0 and verify_5 > 0 and math.isfinite(layer_skip_c) and layer_skip_c > 0
 
 
 def test_spent_budget_skips_rows():
@@ -91,3 +96,5 @@ def test_spent_budget_skips_rows():
     assert all(columns[0] == "skipped:" for *_, columns in rows)
     decoding = stdout.split("batch-1 decoding")[1].splitlines()[2:4]
     assert all(line.split()[1] == "skipped:" for line in decoding)
+    speculation = [line for line in stdout.split("speculative decoding's costs")[1].splitlines() if "-tiny" in line]
+    assert len(speculation) == 2 and all(line.split()[1] == "skipped:" for line in speculation)

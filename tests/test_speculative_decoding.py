@@ -24,7 +24,14 @@ from clocktune.runtime.play import run_policy
 from clocktune.runtime.scripted import ScriptedPolicy
 from clocktune.runtime.session import SessionConfig
 from clocktune.runtime.speculation_runs import ALWAYS
-from clocktune.runtime.speculative import DraftLength, SpeculationCosts, expected_speedup, sample_verified
+from clocktune.runtime.speculative import (
+    DraftLength,
+    SpeculationCosts,
+    break_even_acceptance,
+    draft_pays,
+    expected_speedup,
+    sample_verified,
+)
 from data_gen.backends import make_backend
 from tests.model_probe import ModelProbe
 from tests.tiny_models import TINY
@@ -291,6 +298,16 @@ def test_the_toggle_speculates_only_where_the_measured_costs_let_it_pay():
     assert (
         DraftLength(0.0, lambda k: 1.0 + 0.45 * (k - 1), prior_alpha=0.5, prior_weight=1e6, margin=0.1).choose() == 0
     )
+
+
+def test_the_break_even_acceptance_is_where_the_toggle_turns_a_drafter_on():
+    cpu = SpeculationCosts(0.045, {1: 1.0, 2: 1.2, 3: 1.6, 4: 2.0, 5: 2.2, 6: 2.4, 7: 2.6})
+    cheap = break_even_acceptance(0.1, cpu.verify)
+    assert 0.0 < cheap < 1.0
+    assert draft_pays(cheap, 0.1, cpu.verify, 0.1, 6) and not draft_pays(cheap - 0.002, 0.1, cpu.verify, 0.1, 6)
+    # A costlier drafter needs more of its tokens accepted; one as costly as a target step never pays on this CPU.
+    assert break_even_acceptance(0.4, cpu.verify) > cheap
+    assert break_even_acceptance(1.0, cpu.verify) is None
 
 
 def test_auto_picks_by_the_cost_model_and_none_where_nothing_pays(tiny_four_layer_model):

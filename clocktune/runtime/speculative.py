@@ -37,6 +37,8 @@ __all__ = [
     "SpeculationCosts",
     "SpeculationStats",
     "TokenPicker",
+    "break_even_acceptance",
+    "draft_pays",
     "expected_speedup",
     "sample_verified",
 ]
@@ -407,3 +409,28 @@ def draft_pays(alpha: float, cost_ratio: float, verify: Callable[[int], float], 
     """
     best = max(expected_speedup(alpha, g, cost_ratio, verify(g + 1)) for g in range(1, max_gamma + 1))
     return best >= 1.0 + margin and math.isfinite(best)
+
+
+def break_even_acceptance(
+    cost_ratio: float, verify: Callable[[int], float], margin: float = 0.1, max_gamma: int = 6
+) -> float | None:
+    """The lowest acceptance at which a drafter of this cost pays by ``margin`` (where the toggle turns it on).
+
+    The best expected speedup over draft lengths grows with α, so the threshold is found by bisection.
+
+    Args:
+        cost_ratio: A draft token's cost over one decode step (``c``).
+        verify: ``v(k)``.
+        margin: Required gain over 1.
+        max_gamma: Longest draft considered.
+
+    Returns:
+        α rounded up to 3 decimals; ``None`` when even α = 1 does not pay (a drafter costlier than the gain it can bring).
+    """
+    if not draft_pays(1.0, cost_ratio, verify, margin, max_gamma):
+        return None
+    low, high = 0.0, 1.0
+    while high - low > 1e-4:
+        middle = (low + high) / 2
+        low, high = (low, middle) if draft_pays(middle, cost_ratio, verify, margin, max_gamma) else (middle, high)
+    return math.ceil(high * 1000) / 1000
