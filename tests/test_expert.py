@@ -25,7 +25,6 @@ from clocktune.timeline.refs import resolve_refs
 from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
 from data_gen.expert import EXPERT_STRATEGIES, MAX_RETRIES, ExpertPolicy, expert_factory, spoken_words
-from data_gen.expert.view import failure_kind
 from data_gen.generate import dialogue_task, generate_dialogue, select_domains
 
 PERTURBATIONS = ("wrong_tool", "wrong_arguments", "missed_call", "early_answer", "premature_commit")
@@ -354,11 +353,15 @@ def test_the_expert_finishes_every_task_still_completable_from_perturbed_states(
     assert elapsed < 60
 
 
-def test_failure_kinds_read_the_executors_phrases():
-    assert failure_kind("get_weather", "get_weather timed out after 10 s") == "transient"
-    assert failure_kind("get_weather", "get_weather failed: service unavailable") == "transient"
-    assert failure_kind("book", "input c1 failed or was cancelled") == "input"
-    assert failure_kind("book", "no seats left at 19:00") == "refused"
+def test_error_kinds_read_the_phrases_the_executor_writes():
+    from clocktune.runtime.executor import error_kind, input_error, timeout_error, unavailable_error
+
+    assert error_kind("get_weather", timeout_error("get_weather", 10.0)) == "transient"
+    assert error_kind("get_weather", unavailable_error("get_weather")) == "transient"
+    assert error_kind("book", input_error("c1 failed or was cancelled")) == "input"
+    assert error_kind("book", "no seats left at 19:00") == "refused"
+    # Another tool's timeout is a refusal of this one's service, not a fault of its own call.
+    assert error_kind("book", timeout_error("get_weather", 10.0)) == "refused"
 
 
 def test_a_config_generated_timeline_replays_under_the_expert_of_its_own_config(domains):

@@ -28,6 +28,47 @@ from clocktune.tools import ToolBackend, ToolError
 # deliver(call_id, content, error): hands a result to the session at the loop's current time.
 Deliver = Callable[[str, Any, "str | None"], None]
 
+ERROR_KINDS = ("input", "transient", "refused")
+_INPUT = "input "
+_TIMED_OUT = " timed out after "
+
+
+def input_error(what: str) -> str:
+    """The error of a call that never ran because of an input: ``what`` says which and why."""
+    return f"{_INPUT}{what}"
+
+
+def timeout_error(name: str, timeout_s: float) -> str:
+    """The error of a call that took longer than the executor's timeout."""
+    return f"{name}{_TIMED_OUT}{timeout_s:g} s"
+
+
+def unavailable_error(name: str) -> str:
+    """The error of an injected fault (the tool's failure rate, ``SessionConfig.failure_rate``)."""
+    return f"{name} failed: service unavailable"
+
+
+def error_kind(name: str, error: str) -> str:
+    """Who made an error result: the executor (whose phrases are the functions above) or the service.
+
+    The log holds only the error's words, so a policy that reacts to failures (the experts of ``data_gen.expert``)
+    classifies them here, with the phrases the executor writes, rather than by its own copy of them.
+
+    Args:
+        name: The call's tool.
+        error: The error text of its result.
+
+    Returns:
+        One of :data:`ERROR_KINDS`: ``input`` (an input failed, was cancelled or lacks the referenced path: the call
+        never ran), ``transient`` (a timeout or an injected fault: the call never ran and may succeed when run
+        again), or ``refused`` (the service ran and refused it: an outcome, final).
+    """
+    if error.startswith(_INPUT):
+        return "input"
+    if error.startswith(name + _TIMED_OUT) or error == unavailable_error(name):
+        return "transient"
+    return "refused"
+
 
 @dataclass
 class CallState:
@@ -216,21 +257,21 @@ class ToolExecutor:
         content, error = None, None
         resolved, latency = call.arguments, 0.0
         if failed is not None:
-            error = f"input {failed} failed or was cancelled"
+            error = input_error(f"{failed} failed or was cancelled")
         else:
             try:
                 resolved = resolve_refs(call.arguments, lambda target: self.calls[target].result)
             except LookupError as missing:  # a path a model wrote (`c1.devices.0.id`) that the result lacks
-                error = f"input {missing.args[0]}"
+                error = input_error(missing.args[0])
         if error is None:
             model = self.tools[call.name].latency
             rng = self._draw(call, resolved)
             latency = sample_latency(model, rng)
             fails = sample_failure(model, rng) or rng.random() < self.failure_rate
             if self.timeout_s is not None and latency > self.timeout_s:
-                latency, error = self.timeout_s, f"{call.name} timed out after {self.timeout_s:g} s"
+                latency, error = self.timeout_s, timeout_error(call.name, self.timeout_s)
             elif fails:
-                error = f"{call.name} failed: service unavailable"
+                error = unavailable_error(call.name)
             else:
                 try:
                     content = self.backend.execute(call.name, resolved)

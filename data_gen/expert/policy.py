@@ -35,9 +35,10 @@ from typing import Any
 
 from clocktune.actions import Action
 from clocktune.clock import estimate_tokens
+from clocktune.runtime.executor import error_kind
 from clocktune.runtime.policy import Decision
 from clocktune.timeline.events import Event, ToolSchema
-from data_gen.expert.view import UNRESOLVED, CallView, SessionView, failure_kind
+from data_gen.expert.view import UNRESOLVED, CallView, SessionView
 from data_gen.planner import ACKNOWLEDGEMENTS
 from data_gen.task import PlannedCall, Reading, Task, Turn, referenced_keys, rekey
 
@@ -138,7 +139,7 @@ class ExpertPolicy:
             elif event.kind == "tool_result" and event.error is not None:
                 call = self.view.calls.get(event.call_id)
                 key = next((key for key, cid in self._bound.items() if cid == event.call_id), None)
-                if key is not None and call is not None and failure_kind(call.name, event.error) == "transient":
+                if key is not None and call is not None and error_kind(call.name, event.error) == "transient":
                     self._failures[key] += 1
             elif event.kind == "tool_cancel":
                 self._bound = {key: cid for key, cid in self._bound.items() if cid != event.call_id}
@@ -325,7 +326,7 @@ class ExpertPolicy:
         retry = (
             not stale
             and call.error is not None
-            and failure_kind(call.name, call.error) == "transient"
+            and error_kind(call.name, call.error) == "transient"
             and self._failures[planned.key] <= MAX_RETRIES
         )
         if not stale and not retry:
@@ -347,7 +348,7 @@ class ExpertPolicy:
         call = self.view.live(self._bound.get(key))
         if call is None or call.error is None:
             return None
-        if failure_kind(call.name, call.error) == "transient" and self._failures[key] <= MAX_RETRIES:
+        if error_kind(call.name, call.error) == "transient" and self._failures[key] <= MAX_RETRIES:
             return None
         return call.error
 

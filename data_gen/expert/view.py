@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from clocktune.clock import estimate_tokens
+from clocktune.runtime.executor import error_kind
 from clocktune.timeline.events import Event, ToolSchema
 from clocktune.timeline.refs import iter_refs, resolve_refs
 
-__all__ = ["UNRESOLVED", "CallView", "SessionView", "failure_kind"]
+__all__ = ["UNRESOLVED", "CallView", "SessionView"]
 
 
 class _Unresolved:
@@ -33,25 +34,6 @@ UNRESOLVED: Any = _Unresolved()
 
 class _NoResult(LookupError):
     """A referenced call has no usable result (none yet, an error, cancelled, or unknown)."""
-
-
-def failure_kind(name: str, error: str) -> str:
-    """Who made an error result, read off its words (the runtime's executor writes fixed phrases).
-
-    Args:
-        name: The call's tool.
-        error: The error text of its result.
-
-    Returns:
-        ``input`` (an input failed, was cancelled or lacks the referenced path: the call never ran), ``transient``
-        (a timeout or an injected fault: the call never ran and may succeed when run again), or ``refused`` (the
-        service ran and refused it: an outcome, final).
-    """
-    if error.startswith("input "):
-        return "input"
-    if error.startswith(f"{name} timed out after ") or error == f"{name} failed: service unavailable":
-        return "transient"
-    return "refused"
 
 
 @dataclass
@@ -174,7 +156,7 @@ class SessionView:
         if call is None or call.cancelled:
             return
         call.result = (event.content, event.error)
-        if call.side_effect and (event.error is None or failure_kind(call.name, event.error) == "refused"):
+        if call.side_effect and (event.error is None or error_kind(call.name, event.error) == "refused"):
             call.executed = True
 
     def _invalidate_dependents(self, call_id: str) -> None:
