@@ -30,14 +30,9 @@ policy runs it (:func:`clocktune.runtime.incremental.measure_rates`: a KV cache,
 and decode rates and per-action overhead of a device profile, to set against the ``h200-3b`` profile the default
 operating point charges (20,000 and 150 tokens/s, 0.01 s). It gets ``DECODE_RESERVE_S`` per model of the budget.
 
-A third table measures the inputs of the speculative-decoding cost model on each model
-(:func:`~clocktune.runtime.incremental.measure_verify_ratios`, :func:`~clocktune.runtime.drafters.measure_draft_ratio`,
-as ``clocktune profile`` does): a decode step, ``v(5)`` (verifying a 4-token draft, in steps) and each self-drafter's
-``c`` (a draft token over a step: ``layer_skip`` over half the layers, torchao ``int8``/``int4`` where torchao is
-installed), with the acceptance each needs before the toggle turns it on (a 10% expected gain,
-:func:`~clocktune.runtime.speculative.break_even_acceptance`). Random weights give no meaningful acceptance, so none
-is measured: set the break-even against the acceptance the demo's checkpoint reaches (BENCHMARKS.md). It gets
-``SPECULATION_RESERVE_S`` per model.
+A third table gives the speculative-decoding cost model's inputs per model, as ``clocktune profile`` measures them:
+a decode step, ``v(5)`` and each self-drafter's ``c`` (``layer_skip``, torchao ``int8``/``int4``), with the
+acceptance each needs to pay by 10% (random weights have no meaningful acceptance of their own).
 
 ``--tiny`` swaps in 2-layer configs (hidden 64, vocab 1000) and 1024-token rows, and runs on CPU when there is no
 GPU. flex_attention has no backward on CPU, so there the streaming rows use sdpa with the additive float mask that
@@ -367,8 +362,7 @@ SPECULATION_FORMAT = "{:<13} {:>8} {:>6} " + " ".join("{:>17}" for _ in SPECULAT
 SPECULATION_HEADER = SPECULATION_FORMAT.format(
     "model", "step ms", "v(5)", *(f"{name} c / α≥" for name in SPECULATION_DRAFTERS), ""
 ).rstrip()
-# Kept for the speculation rows: a bf16 3B again, its int8 and int4 copies (quantizing takes seconds), the timings.
-SPECULATION_RESERVE_S = 45.0
+SPECULATION_RESERVE_S = 45.0  # a bf16 3B again, its int8 and int4 copies, the timings
 TABLE_HEADER = ROW_FORMAT.format(
     "model", "mode", "attention", "steps", "tokens/s", "MFU", "peak GiB", "warm-up s", "loss", "note"
 )
@@ -387,12 +381,17 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def run_decode_row(name: str, tiny: bool, device: torch.device) -> Rates:
-    """Batch-1 reading and writing of a freshly built model, timed as the runtime's policy runs it."""
+def build_inference_model(name: str, tiny: bool, device: torch.device) -> torch.nn.Module:
+    """A freshly built model for batch-1 decoding, bf16 on a GPU, in eval mode."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(model_config(name, tiny), dtype=dtype, attn_implementation="sdpa")
-    model.eval()
+    return model.eval()
+
+
+def run_decode_row(name: str, tiny: bool, device: torch.device) -> Rates:
+    """Batch-1 reading and writing of a freshly built model, timed as the runtime's policy runs it."""
+    model = build_inference_model(name, tiny, device)
     sizes = {"context_tokens": 256, "prefill_tokens": 64} if tiny else {}
     return measure_rates(model, **sizes)
 
@@ -413,38 +412,31 @@ def format_decode_row(model: str, result: Rates | str) -> str:
     ).rstrip()
 
 
-def run_speculation_row(name: str, tiny: bool, device: torch.device) -> tuple[float, float, dict[str, float | str]]:
-    """The cost model's inputs on a freshly built model: ``(step_s, v(5), c or why not, by drafter)``."""
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(model_config(name, tiny), dtype=dtype, attn_implementation="sdpa")
-    model.eval()
+def run_speculation_row(name: str, tiny: bool, device: torch.device) -> tuple[SpeculationCosts, dict[str, str]]:
+    """The cost model's inputs on a freshly built model, and why a drafter could not be timed."""
+    model = build_inference_model(name, tiny, device)
     context = 256 if tiny else 1024
-    step_s, verify = measure_verify_ratios(model, context, max_tokens=7)
-    ratios: dict[str, float | str] = {}
-    for drafter_name in SPECULATION_DRAFTERS:
+    costs, errors = SpeculationCosts(*measure_verify_ratios(model, context, max_tokens=7)), {}
+    for drafter in SPECULATION_DRAFTERS:
         try:
-            ratios[drafter_name] = measure_draft_ratio(make_drafter(drafter_name, model), model, context)
+            costs.draft_ratio[drafter] = measure_draft_ratio(make_drafter(drafter, model), model, context)
         except Exception as error:  # a missing kernel (torchao's int4 on CPU needs mslk) must not cost the others
-            ratios[drafter_name] = f"{type(error).__name__}: {error}"
-    return step_s, verify[5], {"verify": verify, **ratios}
+            errors[drafter] = f"{type(error).__name__}: {error}"
+    return costs, errors
 
 
-def format_speculation_row(model: str, result: tuple[float, float, dict] | str) -> str:
-    """A line of the speculation table; ``result`` is what :func:`run_speculation_row` gave, or the row's text."""
+def format_speculation_row(model: str, result: tuple[SpeculationCosts, dict[str, str]] | str) -> str:
+    """The speculation table's line of a model (and a line per drafter that could not be timed)."""
     if isinstance(result, str):
         return SPECULATION_FORMAT.format(model, "", "", *("" for _ in SPECULATION_DRAFTERS), result).rstrip()
-    step_s, verify_5, measured = result
-    costs = SpeculationCosts(step_s, measured["verify"])
+    costs, errors = result
     cells = []
-    for name in SPECULATION_DRAFTERS:
-        ratio = measured[name]
-        if isinstance(ratio, str):
-            cells.append("n/a")  # why: printed under the row
-            continue
-        alpha = break_even_acceptance(ratio, costs.verify)
-        cells.append(f"{ratio:.3f} / {'never' if alpha is None else f'{alpha:.2f}'}")
-    return SPECULATION_FORMAT.format(model, f"{step_s * 1000:.2f}", f"{verify_5:.2f}", *cells, "").rstrip()
+    for drafter in SPECULATION_DRAFTERS:
+        ratio = costs.draft_ratio.get(drafter)
+        alpha = None if ratio is None else break_even_acceptance(ratio, costs.verify)
+        cells.append("n/a" if ratio is None else f"{ratio:.3f} / {'never' if alpha is None else f'{alpha:.2f}'}")
+    line = SPECULATION_FORMAT.format(model, f"{costs.step_s * 1000:.2f}", f"{costs.verify(5):.2f}", *cells, "")
+    return "\n".join([line.rstrip()] + [f"  {drafter} n/a: {why}" for drafter, why in errors.items()])
 
 
 def format_row(model: str, mode: str, attention: str, result: RowResult | str) -> str:
@@ -483,6 +475,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_length is None:
         args.max_length = TINY_MAX_LENGTH if args.tiny else 8192
     return args
+
+
+def print_model_rows(run, format_line, args: argparse.Namespace, device: torch.device, deadline: float) -> bool:
+    """Prints a row per model of a batch-1 table (``run(name, tiny, device)``); returns whether any row broke."""
+    failed = False
+    for name in args.models:
+        if time.monotonic() > deadline:
+            result = f"skipped: --budget-s {args.budget_s:.0f} spent"
+        else:
+            try:
+                result = run(name, args.tiny, device)
+            except Exception as error:  # the rows before keep their results
+                result, failed = row_error(error), True
+            release_memory(device)
+        print(format_line(name + ("-tiny" if args.tiny else "-3b"), result), flush=True)
+    return failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -577,38 +585,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{'bf16' if device.type == 'cuda' else 'float32'}; the rates of a device profile):"
     )
     print(DECODE_HEADER)
-    for name in args.models:
-        if time.monotonic() > deadline:
-            decoded: Rates | str = f"skipped: --budget-s {args.budget_s:.0f} spent"
-        else:
-            try:
-                decoded = run_decode_row(name, args.tiny, device)
-            except Exception as error:  # the training rows above keep their results
-                decoded, failed = row_error(error), True
-            release_memory(device)
-        print(format_decode_row(name + label_suffix, decoded), flush=True)
+    failed |= print_model_rows(run_decode_row, format_decode_row, args, device, deadline)
 
     print()
-    print(
-        f"speculative decoding's costs (random weights, a {'256' if args.tiny else '1,024'}-token cache, batch 1): "
-        "a draft token over a decode step (c) and the acceptance at which the toggle turns the drafter on (10% "
-        "expected gain):"
-    )
+    cache = "256" if args.tiny else "1,024"
+    print(f"speculative decoding's costs (a {cache}-token cache): c, and the acceptance at which a drafter pays 10%:")
     print(SPECULATION_HEADER)
-    for name in args.models:
-        if time.monotonic() > deadline:
-            speculated: tuple | str = f"skipped: --budget-s {args.budget_s:.0f} spent"
-        else:
-            try:
-                speculated = run_speculation_row(name, args.tiny, device)
-            except Exception as error:
-                speculated, failed = row_error(error), True
-            release_memory(device)
-        print(format_speculation_row(name + label_suffix, speculated), flush=True)
-        if not isinstance(speculated, str):
-            for drafter_name, why in speculated[2].items():
-                if isinstance(why, str):
-                    print(f"  {drafter_name} n/a: {why}")
+    failed |= print_model_rows(run_speculation_row, format_speculation_row, args, device, deadline)
     print(f"total {time.monotonic() - started:.0f} s")
     return 1 if failed else 0
 
