@@ -169,7 +169,9 @@ def test_a_students_off_schema_call_validates_as_context_but_not_as_a_target(gen
     assert validate_timeline(replace(as_target, context_only=[call.id])) == []
 
 
-def test_a_rollout_whose_student_drafts_speculatively_writes_the_same_data_and_reports_its_acceptance(tmp_path):
+def test_a_rollout_whose_student_drafts_speculatively_writes_the_same_data_and_summary_and_reports_its_acceptance(
+    tmp_path,
+):
     from clocktune.cli import main
     from data_gen.cli import main as datagen
 
@@ -182,7 +184,9 @@ def test_a_rollout_whose_student_drafts_speculatively_writes_the_same_data_and_r
 
     plain = (tmp_path / "plain" / "data" / "rollouts.jsonl").read_bytes()
     assert plain and (tmp_path / "drafted" / "data" / "rollouts.jsonl").read_bytes() == plain
-    decoding = json.loads((tmp_path / "drafted" / "summary.json").read_text())["decoding"]["student"]
+    summaries = [json.loads((tmp_path / run / "summary.json").read_text()) for run in ("plain", "drafted")]
+    assert summaries[0] == summaries[1] and "decoding" not in summaries[0]
+    decoding = json.loads((tmp_path / "drafted" / "decoding.json").read_text())["decoding"]["student"]
     assert decoding["drafter"] == "prompt_lookup" and decoding["drafts"] > 0
-    plain_decoding = json.loads((tmp_path / "plain" / "summary.json").read_text())["decoding"]["student"]
+    plain_decoding = json.loads((tmp_path / "plain" / "decoding.json").read_text())["decoding"]["student"]
     assert plain_decoding["drafter"] == "none" and plain_decoding["drafts"] == 0

@@ -15,13 +15,14 @@ from clocktune.atomic import atomic_write_text
 __all__ = ["add_decoding_summary"]
 
 
-def add_decoding_summary(out: Path, factories: dict[str, Any]) -> None:
-    """Adds each checkpoint's decoding metrics to ``OUT/summary.json`` under ``decoding``, and prints them.
+def add_decoding_summary(path: Path, factories: dict[str, Any]) -> None:
+    """Adds each checkpoint's decoding metrics to a JSON file under ``decoding`` (creating it), and prints them.
 
     Sessions resumed from a journal were decoded by an earlier run: only those played now are counted.
 
     Args:
-        out: The command's output folder, holding its ``summary.json``.
+        path: The JSON file (``eval``'s ``summary.json``; ``rollout`` keeps them apart from its data's summary, which
+            a resumed run must reproduce byte for byte, in ``decoding.json``).
         factories: Policy factories by role (``policy``, ``baseline``, ``student``); those that are not a
             checkpoint's, or decoded nothing in this run, are left out.
     """
@@ -32,8 +33,7 @@ def add_decoding_summary(out: Path, factories: dict[str, Any]) -> None:
     }
     if not decoding:
         return
-    path = out / "summary.json"
-    summary = json.loads(path.read_text(encoding="utf-8"))
+    summary = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     summary["decoding"] = decoding
     atomic_write_text(path, json.dumps(summary, indent=2) + "\n")
     for role, metrics in decoding.items():

@@ -18,7 +18,8 @@ __all__ = ["add_rollout_parser", "cmd_rollout"]
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    """``clocktune rollout``: plays, labels and writes ``OUT/data/rollouts.jsonl`` and ``OUT/summary.json``.
+    """``clocktune rollout``: plays, labels and writes ``OUT/data/rollouts.jsonl`` and ``OUT/summary.json``, and the
+    student's decoding metrics of this run (timings, so never the same twice) to ``OUT/decoding.json``.
 
     Args:
         args: The parsed command line.
@@ -65,8 +66,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         f"({summary.live_accuracy:.2f}), took the expert's action at {summary.agreed} of {summary.decisions} "
         f"decision points; {summary.examples} examples, labels {summary.labels}"
     )
-    add_decoding_summary(Path(args.out), {"student": student.factory})
-    print(f"wrote {args.out}/data/rollouts.jsonl and {args.out}/summary.json")
+    add_decoding_summary(Path(args.out) / "decoding.json", {"student": student.factory})
+    print(f"wrote {args.out}/data/rollouts.jsonl, {args.out}/summary.json and {args.out}/decoding.json")
     return 0
 
 
