@@ -162,9 +162,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     """
     from clocktune.train.sft import run
     from data_gen.backends import make_backend
+    from data_gen.expert import experts_of_data
 
-    # The generator's backends serve the sessions of the live evaluation (`live_eval_steps`).
-    run(args.recipe_args, backends=make_backend)
+    # The generator's backends serve the sessions of the live evaluation (`live_eval_steps`) and of the on-policy
+    # rollouts (`on_policy_rounds`), whose experts label them.
+    run(args.recipe_args, backends=make_backend, experts=experts_of_data)
     return 0
 
 
@@ -324,7 +326,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "baseline_draft": args.baseline_draft,
         },
     )
-    add_decoding_summary(Path(args.out), {"policy": policy.factory, "baseline": baseline.factory})
+    add_decoding_summary(Path(args.out) / "summary.json", {"policy": policy.factory, "baseline": baseline.factory})
     sessions = ", sessions_<policy>.jsonl" if args.session_logs else ""
     print(f"wrote {args.out}/summary.json, results.jsonl{sessions} and the plots")
     return 0

@@ -86,6 +86,31 @@ class ClockSFTConfig(SFTConfig):
         live_eval_profile (`str`, *optional*, defaults to `"phone-135m"`):
             Compute profile the virtual clock charges the model's prefill and decode: a built-in profile
             (`h200-3b`, `laptop-cpu-3b`, `phone-135m`) or a profile YAML written by `clocktune profile`.
+
+        > Parameters that control on-policy rounds
+
+        on_policy_rounds (`int`, *optional*, defaults to `0`):
+            On-policy rounds (DAgger; docs/design.md §8) after the first training: in each, the model as trained so
+            far plays training tasks live, an expert labels every decision it reached, and training continues on a
+            mixture of those examples and the teacher's data. `0` turns them off. The tasks come from the first
+            `train_data` folder, which must be generated data (holding its `generation.json`, from which the expert
+            rebuilds each task). Round `r` writes to `output_dir/round-{r}` (its rollout in `rollout/`, its
+            checkpoints, its final model); a run started again with the same command skips the finished rounds and
+            resumes the rollout or the training of the one it stopped in. Runs in one process only.
+        on_policy_sessions (`int`, *optional*, defaults to `100`):
+            Training tasks each round's rollout plays (at most all of them). Round `r` plays the next slice of the
+            training timelines after the earlier rounds' slices, wrapping around at the end.
+        on_policy_steps (`int`, *optional*):
+            Optimizer steps of each round's training (a fresh optimizer and learning-rate schedule each round).
+            `None` takes `max_steps`.
+        on_policy_weight (`float`, *optional*, defaults to `0.5`):
+            Share of each round's training examples drawn from the rollout examples of all rounds so far; the rest
+            are the teacher's timelines. `0` trains on the teacher's data alone, `1` on the rollout examples alone.
+        on_policy_expert (`str`, *optional*, defaults to `"speculative"`):
+            The expert strategy that labels the rollouts (`data_gen.expert`: the teacher of the training data).
+        on_policy_profile (`str`, *optional*, defaults to `"phone-135m"`):
+            Compute profile the virtual clock of the rollouts charges: a built-in profile or a profile YAML, as for
+            `live_eval_profile`.
     """
 
     time_codec: str = field(
@@ -117,6 +142,22 @@ class ClockSFTConfig(SFTConfig):
     live_eval_profile: str = field(
         default="phone-135m", metadata={"help": "Device profile of the live evaluation: a built-in name or a YAML."}
     )
+    on_policy_rounds: int = field(
+        default=0, metadata={"help": "On-policy rounds (rollout, labels, more training) after the first; 0: off."}
+    )
+    on_policy_sessions: int = field(default=100, metadata={"help": "Training tasks each round's rollout plays."})
+    on_policy_steps: int | None = field(
+        default=None, metadata={"help": "Optimizer steps of each on-policy round; None: max_steps."}
+    )
+    on_policy_weight: float = field(
+        default=0.5, metadata={"help": "Share of each round's examples drawn from the rollouts; the rest teacher's."}
+    )
+    on_policy_expert: str = field(
+        default="speculative", metadata={"help": "Expert strategy that labels the rollouts."}
+    )
+    on_policy_profile: str = field(
+        default="phone-135m", metadata={"help": "Device profile of the rollouts: a built-in name or a YAML."}
+    )
 
     # SFTConfig fields whose defaults differ here.
     packing: bool = field(default=False, metadata={"help": "Must stay False: clocktune's collator packs."})
@@ -147,6 +188,7 @@ class ClockSFTConfig(SFTConfig):
         if self.max_timelines is not None and self.max_timelines < 1:
             raise ValueError(f"max_timelines must be at least 1, got {self.max_timelines}")
         self._check_live_eval()
+        self._check_on_policy()
         self.dataset_kwargs = {**(self.dataset_kwargs or {}), "skip_prepare_dataset": True}
         if self.bf16 is None and not self.fp16:
             # TRL turns bf16 on by default, which transformers rejects on a machine without a GPU.
@@ -182,3 +224,29 @@ class ClockSFTConfig(SFTConfig):
             load_device_profile(self.live_eval_profile)
         except ValueError as error:
             raise ValueError(f"live_eval_profile: {error}") from error
+
+    def _check_on_policy(self) -> None:
+        """Refuses on-policy settings that would fail only after the first training, when the first round starts."""
+        if self.on_policy_rounds < 0:
+            raise ValueError(
+                f"on_policy_rounds must be at least 0 (0 turns on-policy rounds off), got {self.on_policy_rounds}"
+            )
+        if self.on_policy_sessions < 1:
+            raise ValueError(f"on_policy_sessions must be at least 1, got {self.on_policy_sessions}")
+        if self.on_policy_steps is not None and self.on_policy_steps < 1:
+            raise ValueError(f"on_policy_steps must be at least 1, or None for max_steps, got {self.on_policy_steps}")
+        if not 0 <= self.on_policy_weight <= 1:
+            raise ValueError(
+                "on_policy_weight is the share of each round's examples drawn from the rollouts and must lie in "
+                f"[0, 1], got {self.on_policy_weight}"
+            )
+        if not self.on_policy_expert:
+            raise ValueError("on_policy_expert must name the expert strategy that labels the rollouts")
+        if self.on_policy_rounds == 0:
+            return
+        from clocktune.runtime.device_profiles import load_device_profile
+
+        try:
+            load_device_profile(self.on_policy_profile)
+        except ValueError as error:
+            raise ValueError(f"on_policy_profile: {error}") from error

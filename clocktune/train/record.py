@@ -3,6 +3,9 @@
 A Trainer checkpoint names its base model by the path it was loaded from (for the embedded model, a cache folder on
 this machine) and does not name its data at all. ``clocktune_training.json`` keeps both, as the user named them, so
 the model card can give the base model's Hub id and the training data (``clocktune push`` uploads the record too).
+A run with on-policy rounds (:mod:`clocktune.train.on_policy`) also records each round under ``on_policy_rounds``:
+its rollout's summary (sessions, tasks completed live, decisions, agreement with the expert, examples), its steps
+and where its examples are; ``max_steps`` then counts the steps of the first training and of every round.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ renderer, then train with ``ClockSFTTrainer`` (streaming masks, packing without 
 train the new token rows through PEFT ``trainable_token_indices``. A run started again with the same command resumes
 from the last checkpoint in ``output_dir``. With ``live_eval_steps`` set, the model also plays held-out dialogues
 live in the runtime every so many steps (:mod:`clocktune.train.live_eval`); the tool backends of those sessions come
-from the caller (``backends``), as the train layer does not know the generator's domains.
+from the caller (``backends``), as the train layer does not know the generator's domains. With ``on_policy_rounds``
+set, on-policy rounds follow the first training (:mod:`clocktune.train.on_policy`): the model plays training tasks
+live, the caller's expert (``experts``) labels them, and training continues on a mixture with the teacher's data.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from clocktune.train.config import ClockSFTConfig
 
 if TYPE_CHECKING:
     from clocktune.tools import BackendFactory
+    from clocktune.train.on_policy import ExpertsBuilder
 
 
 @dataclass
@@ -106,6 +109,7 @@ def main(
     model_args: ModelConfig,
     callbacks: list | None = None,
     backends: BackendFactory | None = None,
+    experts: ExpertsBuilder | None = None,
 ):
     """Trains and saves the model.
 
@@ -113,19 +117,28 @@ def main(
         data_args: Where the timelines are.
         training_args: Trainer and clock settings.
         model_args: Base model and LoRA settings.
-        callbacks: Extra ``TrainerCallback`` objects.
-        backends: Builds the tool backend of each live-evaluation session (``data_gen.backends.make_backend``);
-            needed when ``training_args.live_eval_steps`` is above 0.
+        callbacks: Extra ``TrainerCallback`` objects (of the first training's trainer and of every round's).
+        backends: Builds the tool backend of each live-evaluation and rollout session
+            (``data_gen.backends.make_backend``); needed when ``training_args.live_eval_steps`` or
+            ``on_policy_rounds`` is above 0.
+        experts: ``experts(strategy, data_folder)``, the factory of experts that label the on-policy rollouts of
+            the generated timelines in ``data_folder`` (``data_gen.expert.expert_factory`` with the folder's
+            ``generation.json``); needed when ``training_args.on_policy_rounds`` is above 0.
 
     Returns:
-        The ``ClockSFTTrainer`` after training (its model is the trained one).
+        The ``ClockSFTTrainer`` after training (its model is the trained one); with on-policy rounds, the last
+        round's.
 
     Raises:
-        ValueError: When ``train_data`` is empty, or live evaluation is asked for without ``backends``.
+        ValueError: When ``train_data`` is empty, or live evaluation or on-policy rounds are asked for without
+            ``backends`` (and, for the rounds, ``experts``).
+        FileNotFoundError: With on-policy rounds, when the first ``train_data`` folder holds no
+            ``generation.json`` (from ``experts``).
     """
     from transformers.trainer_utils import get_last_checkpoint
 
     from clocktune.rendered_dataset import load_timeline_files, render_timelines
+    from clocktune.train.on_policy import last_finished_round, prepare_on_policy, train_from, train_rounds
     from clocktune.train.trainer import ClockSFTTrainer
 
     if not data_args.train_data:
@@ -141,6 +154,10 @@ def main(
             )
         # Before the model loads: a wrong path or profile fails in seconds, not after the first evaluation steps.
         live_eval = load_live_eval_inputs(training_args)
+    on_policy = None
+    if training_args.on_policy_rounds > 0:
+        # Also before the model loads: data that are not generated fail now, not after the first training.
+        on_policy = prepare_on_policy(data_args.train_data, training_args, experts, backends)
     model, tokenizer, model_format, new_token_ids = load_model_and_tokenizer(training_args, model_args)
     peft_config = get_peft_config(model_args)
     if peft_config is not None:
@@ -169,28 +186,39 @@ def main(
         # Added after the trainer exists: the callback logs through it.
         timelines, device = live_eval
         trainer.add_callback(LiveEvalCallback(trainer, timelines, backends, training_args.live_eval_steps, device))
-    checkpoint = training_args.resume_from_checkpoint
-    if checkpoint is None and os.path.isdir(training_args.output_dir):
-        checkpoint = get_last_checkpoint(training_args.output_dir)
-    if checkpoint is not None:
-        trainer.accelerator.print(f"Resuming from {checkpoint}")
-    trainer.train(resume_from_checkpoint=checkpoint)
+    # The base and the data as the recipe names them: a checkpoint records only the path its base came from.
+    record = {
+        "base_model": model_args.model_name_or_path,
+        "train_data": list(data_args.train_data),
+        "model_format": model_format,
+        "time_codec": training_args.time_codec,
+    }
+    first = trainer
+    # A finished round's weights supersede the first training's: a run started again does not train it again.
+    if on_policy is None or last_finished_round(training_args) == 0:
+        checkpoint = training_args.resume_from_checkpoint
+        if checkpoint is None and os.path.isdir(training_args.output_dir):
+            checkpoint = get_last_checkpoint(training_args.output_dir)
+        if checkpoint is not None:
+            trainer.accelerator.print(f"Resuming from {checkpoint}")
+        train_from(trainer, checkpoint)
+    facts = {"max_steps": trainer.state.global_step}
+    if on_policy is not None:
+        rounds = train_rounds(
+            trainer, on_policy, train_dataset, model_format, record, eval_dataset, callbacks, live_eval
+        )
+        trainer = rounds.trainer
+        facts = {"max_steps": rounds.global_step, "on_policy_rounds": rounds.rounds}
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
         from clocktune.train.record import write_training_record
 
-        # The base and the data as the recipe names them: a checkpoint records only the path its base came from.
-        write_training_record(
-            training_args.output_dir,
-            model_args.model_name_or_path,
-            list(data_args.train_data),
-            max_steps=trainer.state.global_step,
-            model_format=model_format,
-            time_codec=training_args.time_codec,
-        )
+        write_training_record(training_args.output_dir, **record, **facts)
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=",".join(data_args.train_data))
+        # The first trainer's arguments name output_dir and the Hub repo (the rounds' trainers push nothing); its
+        # model is the same object, trained through every round.
+        first.push_to_hub(dataset_name=",".join(data_args.train_data))
     return trainer
 
 
@@ -199,15 +227,16 @@ def make_parser() -> TrlParser:
     return TrlParser((TimelineDataArguments, ClockSFTConfig, ModelConfig))
 
 
-def run(argv: list[str] | None = None, backends: BackendFactory | None = None):
+def run(argv: list[str] | None = None, backends: BackendFactory | None = None, experts: ExpertsBuilder | None = None):
     """Parses ``argv`` (``--config FILE`` and overrides) and trains; the entry point of the recipe and the CLI.
 
     Args:
         argv: Command-line arguments; ``sys.argv[1:]`` when ``None``.
-        backends: Tool backends of live-evaluation sessions (see :func:`main`).
+        backends: Tool backends of live-evaluation and rollout sessions (see :func:`main`).
+        experts: The experts that label the on-policy rollouts (see :func:`main`).
 
     Returns:
         The trainer after training.
     """
     data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
-    return main(data_args, training_args, model_args, backends=backends)
+    return main(data_args, training_args, model_args, backends=backends, experts=experts)

@@ -114,3 +114,20 @@ def generator_config_of(data_dir: str | Path) -> GeneratorConfig:
         return _CONFIG.validate_python(json.loads(path.read_text())["config"])
     except (KeyError, json.JSONDecodeError, ValidationError) as error:
         raise ValueError(f"{path}: config: not a generator config ({error})") from None
+
+
+def experts_of_data(strategy: str, data_dir: str | Path) -> PolicyFactory:
+    """The experts that label on-policy rollouts of a folder of generated timelines (``train(experts=...)``).
+
+    Args:
+        strategy: One of :data:`~data_gen.expert.policy.EXPERT_STRATEGIES` (``on_policy_expert``).
+        data_dir: A folder written by ``clocktune-datagen generate`` (holding its ``generation.json``).
+
+    Returns:
+        ``factory(timeline) -> expert``.
+
+    Raises:
+        FileNotFoundError: When the folder has no ``generation.json``.
+        ValueError: As :func:`generator_config_of` and :func:`expert_factory`.
+    """
+    return expert_factory(strategy, generator_config_of(data_dir))
