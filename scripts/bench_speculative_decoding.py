@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench_speculative_decoding.py                       # runs/demo/checkpoint, its eval data
     .venv/bin/python scripts/bench_speculative_decoding.py --model DIR --data DIR --limit 20
     .venv/bin/python scripts/bench_speculative_decoding.py --identity --limit 100  # greedy identity, every drafter
+    .venv/bin/python scripts/bench_speculative_decoding.py --identity --first 50 --limit 50  # the second half
 
 Default mode, side by side in one run:
 
@@ -44,10 +45,10 @@ DEMO_CHECKPOINT = Path("runs/demo/checkpoint")
 DEMO_DATA = Path("runs/demo/data/eval/data")
 
 
-def _timelines(data: str, limit: int) -> list:
+def _timelines(data: str, first: int, limit: int) -> list:
     from clocktune.rendered_dataset import load_timeline_files
 
-    return load_timeline_files([data])[:limit]
+    return load_timeline_files([data])[first : first + limit]
 
 
 def _row(name: str, run, plain_rate: float, identical: bool) -> str:
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=str(DEMO_CHECKPOINT), help="checkpoint (LoRA adapter or full model)")
     parser.add_argument("--data", default=str(DEMO_DATA), help="held-out timelines (file or folder)")
     parser.add_argument("--limit", type=int, default=20, help="dialogues played per drafter")
+    parser.add_argument("--first", type=int, default=0, help="index of the first dialogue (split a long check)")
     parser.add_argument("--drafters", nargs="+", default=[*CANDIDATES], help="drafters (layer_skip:N for N layers)")
     parser.add_argument("--identity", action="store_true", help="only check greedy identity of every drafter")
     parser.add_argument("--grammar", choices=["both", "on", "off"], default="both", help="identity: with the grammar?")
@@ -209,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         if skipped:
             print(f"torchao is not installed: {', '.join(skipped)} left out")
     model, tokenizer = load_policy_model(args.model)
-    timelines = _timelines(args.data, args.limit)
+    timelines = _timelines(args.data, args.first, args.limit)
     if args.identity:
         return identity(args, model, tokenizer, timelines)
     started = time.perf_counter()
