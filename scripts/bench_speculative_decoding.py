@@ -210,8 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         args.drafters = [d for d in args.drafters if not d.startswith("int")]
         if skipped:
             print(f"torchao is not installed: {', '.join(skipped)} left out")
-    model, tokenizer = load_policy_model(args.model)
     timelines = _timelines(args.data, args.first, args.limit)
+    if not timelines:
+        print(f"{args.data}: no dialogues from index {args.first} (--first, --limit)", file=sys.stderr)
+        return 2
+    model, tokenizer = load_policy_model(args.model)
     if args.identity:
         return identity(args, model, tokenizer, timelines)
     started = time.perf_counter()
