@@ -159,11 +159,18 @@ def play_drafters(
             run.runs.append(played)
             if progress is not None:
                 summary = run.stats.summary()
+                # Said per session, so that a long check stopped early still shows what it verified.
+                same = "" if name == "none" or "none" not in runs else f", {_same_as_plain(run, runs['none'])}"
                 progress(
                     f"session {index + 1}/{len(timelines)} {name}: {len(run.actions[-1])} actions, "
-                    f"{run.tokens_per_s:.1f} tokens/s, acceptance {summary['acceptance_rate']}"
+                    f"{run.tokens_per_s:.1f} tokens/s, acceptance {summary['acceptance_rate']}{same}"
                 )
     return runs
+
+
+def _same_as_plain(run: DrafterRun, plain: DrafterRun) -> str:
+    # The latest session of each: token for token the same actions, or not.
+    return "identical to plain" if run.actions[-1] == plain.actions[-1] else "DIFFERS from plain"
 
 
 def first_divergence(run: DrafterRun, reference: DrafterRun) -> str | None:
