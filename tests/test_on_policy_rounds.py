@@ -65,7 +65,9 @@ def setup(tmp_path_factory) -> tuple[Path, Path, Path]:
 
 def train(model_dir: Path, data: Path, out: Path, backends, probe: Probe, *extra: str):
     argv = sft_args(model_dir, data, out, *LORA, *ROUND, *extra)
-    return main(*make_parser().parse_args_and_config(args=argv), callbacks=[probe], backends=backends, experts=experts_of_data)
+    return main(
+        *make_parser().parse_args_and_config(args=argv), callbacks=[probe], backends=backends, experts=experts_of_data
+    )
 
 
 @pytest.fixture(scope="module")
