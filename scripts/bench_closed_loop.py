@@ -18,7 +18,8 @@ What it runs, all in ``--out`` (a run started again resumes: finished trainings,
 4. every checkpoint played live on the held-out dialogues (virtual clock, ``phone-135m``), with plain and with
    constrained decoding (``--constrained``), against the scripted turn-based ``sync`` baseline.
 
-The default run's cost, estimated from measured rates (2.9 s a step with ``cache_prompt``, 4.5 s a live session):
+The default run's cost, estimated (not measured) from rates of other runs: the demo's 4.3 s a step over the 1.5x
+of ``cache_prompt`` (2.9 s), 4.5 s a live session:
 teacher 1,500 steps 73 min, the arms' rounds 430 steps 21 min, rollouts 150 sessions 11 min, evaluation 300
 sessions 23 min: about 2 h 10 min on a quiet machine.
 

@@ -30,9 +30,8 @@ policy runs it (:func:`clocktune.runtime.incremental.measure_rates`: a KV cache,
 and decode rates and per-action overhead of a device profile, to set against the ``h200-3b`` profile the default
 operating point charges (20,000 and 150 tokens/s, 0.01 s). It gets ``DECODE_RESERVE_S`` per model of the budget.
 
-A third table gives the speculative-decoding cost model's inputs per model, as ``clocktune profile`` measures them:
-a decode step, ``v(5)`` and each self-drafter's ``c`` (``layer_skip``, torchao ``int8``/``int4``), with the
-acceptance each needs to pay by 10% (random weights have no meaningful acceptance of their own).
+A third table gives the speculative-decoding cost model's inputs per model (decode step, ``v(5)``, each self-drafter's
+``c``) and the acceptance each drafter needs to pay by 10% (random weights have no meaningful acceptance of their own).
 
 ``--tiny`` swaps in 2-layer configs (hidden 64, vocab 1000) and 1024-token rows, and runs on CPU when there is no
 GPU. flex_attention has no backward on CPU, so there the streaming rows use sdpa with the additive float mask that
@@ -416,13 +415,14 @@ def run_speculation_row(name: str, tiny: bool, device: torch.device) -> tuple[Sp
     """The cost model's inputs on a freshly built model, and why a drafter could not be timed."""
     model = build_inference_model(name, tiny, device)
     context = 256 if tiny else 1024
-    costs, errors = SpeculationCosts(*measure_verify_ratios(model, context, max_tokens=7)), {}
+    step_s, verify = measure_verify_ratios(model, context, max_tokens=7)
+    ratios, errors = {}, {}
     for drafter in SPECULATION_DRAFTERS:
         try:
-            costs.draft_ratio[drafter] = measure_draft_ratio(make_drafter(drafter, model), model, context)
+            ratios[drafter] = measure_draft_ratio(make_drafter(drafter, model), model, context)
         except Exception as error:  # a missing kernel (torchao's int4 on CPU needs mslk) must not cost the others
             errors[drafter] = f"{type(error).__name__}: {error}"
-    return costs, errors
+    return SpeculationCosts(step_s, verify, ratios), errors
 
 
 def format_speculation_row(model: str, result: tuple[SpeculationCosts, dict[str, str]] | str) -> str:

@@ -35,10 +35,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from clocktune.runtime.session import SessionConfig
     from clocktune.train.rollout import rollout
     from data_gen.backends import make_backend
-    from data_gen.expert import expert_factory, generator_config_of
+    from data_gen.expert import experts_of_data
 
-    config = generator_config_of(args.data)
-    experts = expert_factory(args.expert, config)
+    experts = experts_of_data(args.expert, args.data)
     timelines = load_timeline_files([args.data])[: args.limit]
     student = policy_spec(
         args.strategy,

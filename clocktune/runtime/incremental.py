@@ -53,11 +53,7 @@ def feed(model: Any, cache: Any, ids: list[int], times: list[float], visible_unt
     """Feeds ``ids`` to ``model`` over its KV ``cache`` under the streaming mask, as a policy does at batch size 1.
 
     Args:
-        model: A causal LM.
-        cache: Its ``DynamicCache`` (grown by ``len(ids)``).
-        ids: New token ids.
-        times: Time of each new token.
-        visible_until: Until when each token, cached or new, may be attended.
+        model, cache, ids, times, visible_until: As :func:`feed_rows` takes them.
 
     Returns:
         The next token's logits after the last id.
