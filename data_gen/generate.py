@@ -1,104 +1,42 @@
-"""Generating timelines: one dialogue from a seed, and many written to sharded files."""
+"""Generating a timeline: a dialogue's task played out by its expert in the runtime, on the virtual clock.
+
+The dialogue's seed draws its task (:mod:`data_gen.dialogues`); the user speaks the task's words
+(:class:`~clocktune.runtime.speech.SpokenWords`); the expert of the config's ``teacher`` strategy
+(:class:`~data_gen.expert.policy.ExpertPolicy`) plays the agent against the domain's backend in a runtime
+:class:`~clocktune.runtime.session.Session`. The timeline is the session's log, so it is what the runtime produces:
+replayed by its expert in the runtime it comes back with the same events at the same times.
+"""
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, replace
-from typing import Any
+import copy
+from dataclasses import replace
 
-from clocktune.timeline.events import Timeline, ToolSchema
+from clocktune.runtime.session import Session, SessionConfig, SessionLog
+from clocktune.runtime.speech import SpokenWords
+from clocktune.runtime.virtual_clock import run_virtual
+from clocktune.timeline.events import GroundTruth, GroundTruthCall, Timeline
 from data_gen.config import GeneratorConfig
-from data_gen.declarative import load_domain_file
+from data_gen.dialogues import dialogue_seed, dialogue_task
 from data_gen.domains.base import Domain
-from data_gen.no_tool import no_tool
-from data_gen.planner import simulate
-from data_gen.plugins import generatable_domains, plugin_errors
-from data_gen.task import Task, TaskContext
+from data_gen.expert.policy import ExpertPolicy
+from data_gen.plugins import DomainBackend
+
+__all__ = ["GenerationError", "generate_dialogue"]
 
 
-def dialogue_seed(seed: int, index: int) -> int:
-    """The seed of dialogue ``index`` of a run seeded with ``seed`` (independent of how work is split)."""
-    return random.Random(f"{seed}:{index}").getrandbits(48)
+class GenerationError(RuntimeError):
+    """A task its expert could not play out (a grammar or expert bug), raised with the dialogue and what happened."""
 
 
-def select_domains(config: GeneratorConfig) -> list[Domain]:
-    """The domains a config draws from, in a fixed order: ``domains`` by name, then ``domain_files``.
-
-    Names are looked up among the registered plugins (:mod:`data_gen.plugins`); with neither list, every registered
-    generatable domain is drawn from, sorted by name.
-
-    Raises:
-        ValueError: For an unknown domain name (naming the entry points that failed to load), a domain file that
-            cannot be used (naming file, line and key), or two domains of one name.
-        OSError: When a domain file cannot be read.
-    """
-    registered = generatable_domains()
-    names = config.domains or ([] if config.domain_files else sorted(registered))
-    if not registered and not config.domain_files:
-        raise ValueError(
-            "no domains are registered (entry points of group clocktune.domains): install the project with "
-            "`pip install -e .` (make setup)"
-        )
-    files = [load_domain_file(path) for path in config.domain_files]
-    from_files = {domain.name: domain for domain in files}
-    unknown = [name for name in names if name not in registered and name not in from_files]
-    if unknown:
-        broken = "".join(f"; {message}" for name, message in plugin_errors().items() if name in unknown)
-        raise ValueError(f"unknown domain(s) {unknown}; known: {sorted(registered)}{broken}")
-    for path, domain in zip(config.domain_files, files, strict=True):
-        if domain.name in registered:
-            raise ValueError(f"{path}: domain {domain.name!r} is already a registered domain: rename it")
-        if sum(other.name == domain.name for other in files) > 1:
-            raise ValueError(f"{path}: domain {domain.name!r} is given twice in domain_files")
-    chosen = [registered.get(name) or from_files[name] for name in names]
-    return chosen + [domain for domain in files if domain.name not in names]
-
-
-@dataclass
-class DialogueTask:
-    """What a dialogue's own seed decides before any agent acts: the domain, its tools, the backend's initial state
-    and the task (the user's words, the readings they allow, the gold calls and the answer).
-
-    Args:
-        domain: The domain drawn.
-        tools: The domain's tools with the config's latency models.
-        initial_state: The backend's state before the dialogue (the grammar reads it; nobody may modify it).
-        task: What the grammar wrote.
-    """
-
-    domain: Domain
-    tools: list[ToolSchema]
-    initial_state: dict[str, Any]
-    task: Task
-
-
-def dialogue_task(own_seed: int, config: GeneratorConfig, domains: list[Domain] | None = None) -> DialogueTask:
-    """Rebuilds a dialogue's domain, initial state and task from its own seed (``Timeline.seed``).
-
-    The draws are those :func:`generate_dialogue` makes, in the same order, so an expert can recover the privileged
-    task of any generated timeline from its header and the config it was generated with.
-
-    Args:
-        own_seed: The dialogue's seed (:func:`dialogue_seed` of the run seed and the index).
-        config: Generator config the dialogue was (or will be) generated with.
-        domains: Domains to draw from; defaults to :func:`select_domains`.
-
-    Returns:
-        The dialogue's task.
-    """
-    domains = domains or select_domains(config)
-    rng = random.Random(f"{own_seed}:task")
-    domain = domains[rng.randrange(len(domains))]
-    state = domain.initial_state(random.Random(f"{own_seed}:state"))
-    context = TaskContext(rng, state, config.planner.threshold, config.planner.early_wrong_rate)
-    # A no-tool request names two of the domain's tools; a one-tool declarative domain always gets a task.
-    if rng.random() < config.no_tool_rate and len(domain.tools) >= 2:
-        task = no_tool(context, domain)
-    else:
-        grammars, weights = zip(*domain.grammars, strict=True)
-        task = rng.choices(grammars, weights)[0](context)
-    tools = [replace(tool, latency=config.tools.apply(tool.latency.median_s)) for tool in domain.tools]
-    return DialogueTask(domain, tools, state, task)
+def _ground_truth(session: Session, log: SessionLog, expert: ExpertPolicy) -> GroundTruth:
+    # The gold calls as they reached the backend (a call whose input failed never did), in gold order per turn.
+    calls = []
+    for call_id in expert.gold_call_ids:
+        call = session.executor.calls[call_id]
+        if call.executed_with is not None:
+            calls.append(GroundTruthCall(call.name, call.executed_with))
+    return GroundTruth(calls=calls, final_state=log.final_state, facts=list(expert.facts))
 
 
 def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: list[Domain] | None = None) -> Timeline:
@@ -107,24 +45,44 @@ def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: l
     Args:
         index: Position of the dialogue in the run.
         seed: Seed of the run.
-        config: Generator config (its ``teacher`` picks the agent side).
-        domains: Domains to draw from; defaults to :func:`select_domains`.
+        config: Generator config (its ``teacher`` is the expert's strategy, its ``device`` what the clock charges).
+        domains: Domains to draw from; defaults to :func:`~data_gen.dialogues.select_domains`.
 
     Returns:
         The timeline.
+
+    Raises:
+        GenerationError: When the expert does not finish the task cleanly (a notice, a timeout, giving up).
     """
     own_seed = dialogue_seed(seed, index)
     drawn = dialogue_task(own_seed, config, domains)
-    domain, task, state = drawn.domain, drawn.task, drawn.initial_state
-    events, ground_truth = simulate(domain, drawn.tools, task, state, config, own_seed, config.teacher)
-    return Timeline(
+    header = Timeline(
         id=f"{seed}-{index:07d}",
-        domain=domain.name,
-        task=task.kind,
+        domain=drawn.domain.name,
+        task=drawn.task.kind,
         seed=own_seed,
         teacher=config.teacher,
         tools=drawn.tools,
-        initial_state=state,
-        ground_truth=ground_truth,
-        events=events,
+        initial_state=drawn.initial_state,
+        ground_truth=GroundTruth(),
+        events=[],
     )
+    expert = ExpertPolicy(
+        drawn.task,
+        drawn.tools,
+        config.teacher,
+        threshold=config.planner.threshold,
+        ack_rate=config.planner.ack_rate,
+        seed=own_seed,
+    )
+    speech = SpokenWords([turn.words for turn in drawn.task.turns], config.speech, own_seed)
+    backend = DomainBackend(drawn.domain, copy.deepcopy(drawn.initial_state))
+    session = Session(header, expert, SessionConfig(device=config.device), backend, speech)
+    log = run_virtual(session.run())
+    if log.end_reason != "done" or log.notices:
+        notices = [event.text for event in log.timeline.events if event.kind == "notice"]
+        raise GenerationError(
+            f"dialogue {header.id} ({header.domain}/{header.task}): the {config.teacher} expert ended with "
+            f"{log.end_reason!r} after {log.notices} notice(s) {notices}"
+        )
+    return replace(log.timeline, ground_truth=_ground_truth(session, log, expert))

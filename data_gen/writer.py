@@ -21,7 +21,8 @@ from clocktune.settings_stamp import stamp_settings
 from clocktune.timeline.io import iter_timeline_file, timeline_to_json, write_parquet
 from data_gen.config import GeneratorConfig, config_to_dict
 from data_gen.declarative import file_digest
-from data_gen.generate import generate_dialogue, select_domains
+from data_gen.dialogues import select_domains
+from data_gen.generate import generate_dialogue
 from data_gen.stats import DatasetStats
 
 MANIFEST = "generation.json"

@@ -53,7 +53,8 @@ def _timelines(data: str | None, count: int) -> list:
     if data and Path(data).exists():
         return load_timeline_files([data])[:count]
     from data_gen.config import GeneratorConfig
-    from data_gen.generate import generate_dialogue, select_domains
+    from data_gen.dialogues import select_domains
+    from data_gen.generate import generate_dialogue
 
     print(f"  ({data} not found: {count} freshly generated dialogues instead)")
     config = GeneratorConfig()

@@ -20,8 +20,9 @@ from clocktune.runtime.play import run_policy
 from clocktune.runtime.session import SessionConfig
 from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
+from data_gen.dialogues import select_domains
 from data_gen.expert import expert_factory
-from data_gen.generate import generate_dialogue, select_domains
+from data_gen.generate import generate_dialogue
 
 
 def _fields(events: list) -> list[tuple]:

@@ -25,7 +25,8 @@ from clocktune.runtime.session import Session, SessionConfig
 from clocktune.runtime.virtual_clock import run_virtual
 from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
-from data_gen.generate import generate_dialogue, select_domains
+from data_gen.dialogues import select_domains
+from data_gen.generate import generate_dialogue
 
 
 def _dialogues(count: int, seed: int) -> list:

@@ -11,7 +11,8 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 def generated(tmp_path_factory):
     """1000 speculative-teacher dialogues (seed 0) and 300 sync-teacher ones, generated once per session."""
     from data_gen.config import GeneratorConfig
-    from data_gen.generate import generate_dialogue, select_domains
+    from data_gen.dialogues import select_domains
+    from data_gen.generate import generate_dialogue
 
     config = GeneratorConfig()
     domains = select_domains(config)

@@ -11,7 +11,8 @@ from clocktune.runtime.scripted import ScriptedPolicy
 from clocktune.runtime.session import SessionConfig
 from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
-from data_gen.generate import generate_dialogue, select_domains
+from data_gen.dialogues import select_domains
+from data_gen.generate import generate_dialogue
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_operating_point.py"
 

@@ -17,7 +17,7 @@ from clocktune.timeline.io import write_timelines
 from data_gen.backends import make_backend, serves
 from data_gen.cli import main as datagen_main
 from data_gen.config import GeneratorConfig
-from data_gen.generate import select_domains
+from data_gen.dialogues import select_domains
 from data_gen.plugins import clear_registry, find_plugin, registered_plugins
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,8 @@ from clocktune.runtime.virtual_clock import run_virtual
 from clocktune.timeline.validate import validate_timeline
 from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
-from data_gen.generate import generate_dialogue, select_domains
+from data_gen.dialogues import select_domains
+from data_gen.generate import generate_dialogue
 
 
 def _schedule(loop, times):

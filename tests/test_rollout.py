@@ -24,8 +24,8 @@ from clocktune.timeline.validate import validate_timeline
 from clocktune.train.rollout import label_session
 from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
+from data_gen.dialogues import select_domains
 from data_gen.expert import expert_factory
-from data_gen.generate import select_domains
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -80,6 +80,8 @@ class CallState:
         side_effect: Whether the tool changes state.
         arguments: Current arguments (references unresolved).
         order: Position in issue order.
+        executed_with: The resolved arguments of its latest run that reached the backend (a refusal counts; a
+            timeout, an injected fault or a failed input does not): what a dialogue's ground truth records.
     """
 
     call_id: str
@@ -93,6 +95,7 @@ class CallState:
     needs_dispatch: bool = True
     done_version: int = -1  # version whose result has been delivered
     executed: bool = False  # a state-changing call that ran; it is never run again
+    executed_with: dict[str, Any] | None = None
     result: Any = None
     error: str | None = None
     timer: asyncio.TimerHandle | None = None
@@ -273,6 +276,7 @@ class ToolExecutor:
             elif fails:
                 error = unavailable_error(call.name)
             else:
+                call.executed_with = resolved
                 try:
                     content = self.backend.execute(call.name, resolved)
                 except ToolError as failure:

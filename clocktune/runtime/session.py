@@ -22,6 +22,7 @@ from clocktune.clock import DeviceProfile
 from clocktune.runtime.clocks import Clock, VirtualClock
 from clocktune.runtime.executor import ToolExecutor
 from clocktune.runtime.policy import Policy
+from clocktune.runtime.speech import RecordedSpeech, SpeechSource, SpokenChunk
 from clocktune.runtime.virtual_clock import session_seconds
 from clocktune.timeline.events import Event, Timeline
 from clocktune.timeline.refs import iter_refs
@@ -86,35 +87,6 @@ class SessionLog:
     first_words: list[float]
 
 
-def utterances(timeline: Timeline) -> tuple[list[list[Event]], list[float]]:
-    """Splits a recorded timeline's user chunks into utterances and measures the pause before each next one.
-
-    Args:
-        timeline: A recorded timeline.
-
-    Returns:
-        The chunks of each utterance, and for each utterance after the first the seconds between the previous
-        turn's final answer and its first chunk (what the user waits before speaking again).
-    """
-    turns: list[list[Event]] = [[]]
-    gaps: list[float] = []
-    last_answer_t: float | None = None
-    for event in timeline.events:
-        if event.kind == "user_chunk":
-            if not turns[-1] and len(turns) > 1:
-                gaps.append(max(0.0, event.t - (last_answer_t if last_answer_t is not None else event.t)))
-            turns[-1].append(event)
-            if event.final:
-                turns.append([])
-        elif event.kind == "say" and event.final:
-            last_answer_t = event.t
-    if not turns[-1]:
-        turns.pop()
-    while len(gaps) < len(turns) - 1:
-        gaps.append(1.0)
-    return turns, gaps
-
-
 class Session:
     """Runs one timeline's user side against a policy.
 
@@ -124,15 +96,28 @@ class Session:
         config: Session config.
         backend: The session's own tool backend, in the timeline's initial state (from a
             :data:`~clocktune.tools.BackendFactory`).
+        speech: Where the user's speech comes from; defaults to the timeline's own user chunks
+            (:class:`~clocktune.runtime.speech.RecordedSpeech`). The generator passes the words of a task
+            (:class:`~clocktune.runtime.speech.SpokenWords`) with a timeline that has no events yet.
+
+    Raises:
+        ValueError: When the timeline has no user speech and no ``speech`` is given.
     """
 
-    def __init__(self, timeline: Timeline, policy: Policy, config: SessionConfig, backend: ToolBackend) -> None:
+    def __init__(
+        self,
+        timeline: Timeline,
+        policy: Policy,
+        config: SessionConfig,
+        backend: ToolBackend,
+        speech: SpeechSource | None = None,
+    ) -> None:
         self.timeline = timeline
         self.policy = policy
         self.config = config
         self.backend = backend
         self.tools = {tool.name: tool for tool in timeline.tools}
-        self.turns, self.gaps = utterances(timeline)
+        self.speech = speech if speech is not None else RecordedSpeech(timeline)
         self.events: list[Event] = []
         self._inbox: list[dict[str, Any]] = []
         self._wake = asyncio.Event()
@@ -143,7 +128,7 @@ class Session:
         self._answered_turns = 0
         self._notices = 0
         self._end_reason = "done"
-        self._last_chunk_id: dict[str, str] = {}  # recorded chunk id -> logged id (for revisions)
+        self._last_chunk_id: dict[str, str] = {}  # the speech source's chunk id -> logged id (for revisions)
         self._speech_ends: list[float] = []
         self._first_words: list[float] = []
 
@@ -157,15 +142,13 @@ class Session:
         self._inbox.append(fields)
         self._wake.set()
 
-    def _schedule_turn(self, index: int, start: float) -> None:
-        chunks = self.turns[index]
-        offset = start - chunks[0].t
+    def _schedule_speech(self, chunks: list[SpokenChunk]) -> None:
         for chunk in chunks:
             self._speech_pending += 1
             fields = {"kind": "user_chunk", "text": chunk.text, "final": chunk.final, "recorded": chunk.id}
             if chunk.revises is not None:
                 fields["revises"] = chunk.revises
-            self._loop.call_at(self._t0 + chunk.t + offset, self._arrive, fields)
+            self._loop.call_at(self._t0 + chunk.t, self._arrive, fields)
 
     def _deliver(self, call_id: str, content: Any, error: str | None) -> None:
         version = self.executor.calls[call_id].version
@@ -196,7 +179,9 @@ class Session:
     def _ingest(self) -> list[Event]:
         t = self.now()
         logged = []
-        for fields in self._inbox:
+        # Speech first, then results, each in order of arrival: a replayed log delivers a chunk at the boundary it was
+        # logged at, later than it first arrived, so only this order is the same in the log and in its replay.
+        for fields in sorted(self._inbox, key=lambda fields: fields["kind"] != "user_chunk"):
             kind = fields["kind"]
             if kind == "user_chunk":
                 revises = self._last_chunk_id.get(fields.get("revises", ""))
@@ -293,11 +278,11 @@ class Session:
             event = action.to_event(f"e{len(self.events)}", t)
             self.events.append(event)
             self.policy.observe([event])
-            self._apply(action)
+            self._apply(action, t)
             if action.kind == "wait" or (action.kind == "say" and action.final) or self._inbox:
                 return
 
-    def _apply(self, action: Action) -> None:
+    def _apply(self, action: Action, t: float) -> None:
         kind = action.kind
         if kind == "tool_call":
             self.executor.call(action.call_id, action.name, action.arguments)
@@ -313,10 +298,10 @@ class Session:
             self._answered_turns += 1
             self._turn += 1
             self._heard_final = False
-            if self._turn == len(self.turns):
+            if self._turn == self.speech.utterance_count:
                 self._end("done")
             else:
-                self._schedule_turn(self._turn, self.now() + self.gaps[self._turn - 1])
+                self._schedule_speech(self.speech.after_answer(self._turn, t, self.now()))
 
     def _end(self, reason: str) -> None:
         self._done = True
@@ -348,9 +333,7 @@ class Session:
             self.config.tool_timeout_s,
             self.backend.sequential,
         )
-        if not self.turns:
-            raise ValueError(f"timeline {self.timeline.id!r} has no user speech to replay")
-        self._schedule_turn(0, self.turns[0][0].t)
+        self._schedule_speech(self.speech.first())
         watchdog = asyncio.ensure_future(self._turn_watchdog())
         try:
             while not self._done:
@@ -387,7 +370,7 @@ class Session:
         return SessionLog(
             timeline=log,
             final_state=self.backend.state(),
-            answered=self._answered_turns == len(self.turns),
+            answered=self._answered_turns == self.speech.utterance_count,
             notices=self._notices,
             dispatches=self.executor.dispatches,
             wasted_dispatches=self.executor.wasted_dispatches,

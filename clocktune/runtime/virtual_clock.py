@@ -36,11 +36,13 @@ class _VirtualSelector(selectors.DefaultSelector):
         return ready
 
 
-# Virtual time moves on a grid of whole microseconds. A float sum such as ``t0 + 7.341 + 0.0005`` rounds
-# differently at different magnitudes of ``t0``, so without a grid a session's event times (and the order of two
-# events due at nearly the same time) would depend on when the session started on a shared loop: on
-# ``--concurrency`` and on resuming.
-GRID_DIGITS = 6
+# Virtual time moves on a grid of whole milliseconds, the grid of a timeline's ``t``. A float sum such as
+# ``t0 + 7.341 + 0.0005`` rounds differently at different magnitudes of ``t0``, so without a grid a session's event
+# times (and the order of two events due at nearly the same time) would depend on when the session started on a
+# shared loop: on ``--concurrency`` and on resuming. And the grid is the log's: a finer one would let an action end
+# between two logged milliseconds, so a log replayed at its logged times could deliver a chunk on the other side of
+# the action boundary that met it, and the replay would diverge (docs/design.md §7).
+GRID_DIGITS = 3
 
 
 def session_seconds(now: float, start: float) -> float:
@@ -51,13 +53,13 @@ def session_seconds(now: float, start: float) -> float:
         start: The loop's time when the session started.
 
     Returns:
-        The difference, through whole microseconds, rounded to three decimals.
+        The difference in whole milliseconds.
     """
-    return round(round((now - start) * 10**GRID_DIGITS) / 10**GRID_DIGITS, 3)
+    return round(round((now - start) * 10**GRID_DIGITS) / 10**GRID_DIGITS, GRID_DIGITS)
 
 
 class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):
-    """A selector event loop on virtual time (seconds from 0.0 at creation, on a grid of microseconds); timers due
+    """A selector event loop on virtual time (seconds from 0.0 at creation, on a grid of milliseconds); timers due
     at the same time fire in the order they were scheduled (``timer_order``)."""
 
     def __init__(self) -> None:
@@ -69,8 +71,15 @@ class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):
         return self._now
 
     def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
-        """Schedules ``callback(*args)`` at virtual time ``when``, moved onto the microsecond grid."""
+        """Schedules ``callback(*args)`` at virtual time ``when``, moved onto the millisecond grid."""
         return super().call_at(round(when, GRID_DIGITS), callback, *args, context=context)
+
+    def call_later(self, delay: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        """Schedules ``callback(*args)`` ``delay`` seconds from now (``asyncio.sleep`` comes here too), the delay
+        moved onto the grid first: a delay halfway between two milliseconds (a compute charge of 12.5 ms) would
+        otherwise round up or down with the magnitude of the time it is added to, so with the other sessions on
+        the loop."""
+        return self.call_at(self._now + round(delay, GRID_DIGITS), callback, *args, context=context)
 
     def advance(self, seconds: float) -> None:
         """Moves the clock forward (the loop calls this when it would otherwise sleep), onto the grid: a jump to

@@ -8,12 +8,12 @@ from pathlib import Path
 from pydantic import TypeAdapter, ValidationError
 
 from clocktune.runtime.policy import PolicyFactory
-from clocktune.runtime.session import utterances
+from clocktune.runtime.speech import utterances
 from clocktune.timeline.events import Timeline
 from data_gen.config import GeneratorConfig
+from data_gen.dialogues import dialogue_task, select_domains
 from data_gen.domains.base import Domain
 from data_gen.expert.policy import EXPERT_STRATEGIES, ExpertPolicy
-from data_gen.generate import dialogue_task, select_domains
 from data_gen.task import Task
 
 __all__ = ["expert_factory", "generator_config_of", "spoken_words"]

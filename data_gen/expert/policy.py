@@ -77,7 +77,7 @@ class ExpertPolicy:
     """A policy that finishes a task from any state, with the timing of a strategy.
 
     Args:
-        task: The task's ground truth (rebuilt from the timeline's seed: ``data_gen.generate.dialogue_task``).
+        task: The task's ground truth (rebuilt from the timeline's seed: ``data_gen.dialogues.dialogue_task``).
         tools: The session's tool schemas.
         strategy: One of :data:`EXPERT_STRATEGIES`.
         threshold: Confidence at which ``speculative`` acts on a reading (the generator's ``planner.threshold``).
@@ -114,6 +114,9 @@ class ExpertPolicy:
         self._dropped: set[str] = set()  # released writes the expert gave up on: never stand-ins again
         self._ack_wanted = False
         self._acked = False
+        self._facts: list[str] = []
+        self.gold_call_ids: list[str] = []
+        self.facts: list[str] = []
 
     def close(self) -> None:
         """Nothing to release: the task is plain data."""
@@ -147,6 +150,9 @@ class ExpertPolicy:
                 # Drawn at every final chunk whatever the strategy, so the agent stream stays the planner's.
                 self._ack_wanted = self._agent_rng.random() < self.ack_rate
             elif event.kind == "say" and event.final:
+                gold = self.task.turns[self.view.turn - 1].gold.calls if self.view.turn <= len(self.task.turns) else []
+                self.gold_call_ids.extend(self._bound[p.key] for p in gold if p.key in self._bound)
+                self.facts = self._facts
                 self._bound, self._intents, self._failures, self._dropped = {}, {}, Counter(), set()
                 self._ack_wanted = self._acked = False
         return tokens
@@ -421,6 +427,9 @@ class ExpertPolicy:
         for planned in turn.gold.calls:
             call = self.view.live(self._bound.get(planned.key))
             if call is not None and call.error is not None:  # the first error in gold order: the root cause
+                self._facts = []
                 return Action("say", text=f"Sorry, I couldn't complete that: {call.error}.", final=True)
         results = {p.key: self.view.content(self._bound[p.key]) for p in turn.gold.calls}
-        return Action("say", text=turn.answer(results).text, final=True)
+        answer = turn.answer(results)
+        self._facts = answer.facts
+        return Action("say", text=answer.text, final=True)

@@ -22,8 +22,8 @@ from clocktune.timeline.events import GroundTruth, GroundTruthCall, Timeline
 from clocktune.timeline.io import timeline_to_json
 from clocktune.timeline.validate import validate_timeline
 from data_gen.config import GeneratorConfig, config_to_dict
+from data_gen.dialogues import dialogue_seed
 from data_gen.domains.base import Domain, ToolError
-from data_gen.generate import dialogue_seed
 from data_gen.importers.bfcl.backend import BfclBackend, BfclCallError
 from data_gen.importers.bfcl.entries import build_task, load_entries, plan_turns
 from data_gen.importers.bfcl.errors import BfclError

@@ -28,8 +28,8 @@ from clocktune.timeline.io import Issue, timeline_to_json
 from clocktune.timeline.validate import validate_timeline
 from clocktune.tools import ToolError
 from data_gen.config import GeneratorConfig, config_to_dict
+from data_gen.dialogues import dialogue_seed
 from data_gen.domains.base import Domain
-from data_gen.generate import dialogue_seed
 from data_gen.importers.chat.backend import RecordedBackend
 from data_gen.importers.chat.conversation import Conversation, parse_conversation
 from data_gen.importers.chat.placement import build_task, responses
