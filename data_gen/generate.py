@@ -76,7 +76,7 @@ def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: l
         seed=own_seed,
     )
     speech = SpokenWords([turn.words for turn in drawn.task.turns], config.speech, own_seed)
-    backend = DomainBackend(drawn.domain, copy.deepcopy(drawn.initial_state))
+    backend = DomainBackend(drawn.domain, copy.deepcopy(drawn.initial_state))  # the timeline keeps the initial one
     session = Session(header, expert, SessionConfig(device=config.device), backend, speech)
     log = run_virtual(session.run())
     if log.end_reason != "done" or log.notices:

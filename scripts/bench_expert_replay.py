@@ -1,13 +1,13 @@
 """Benchmark: does a generated timeline come back unchanged when its expert plays it in the runtime?
 
     python scripts/bench_expert_replay.py                  # 1,000 default dialogues, seed 0
-    python scripts/bench_expert_replay.py --num 200 --seed 3
+    python scripts/bench_expert_replay.py --num 200 --seed 3 --teacher sync
 
-Generates dialogues with the default config (the planner writes the agent side), plays each one's user speech in the
-runtime on the virtual clock with the reactive expert of the same strategy (``data_gen.expert``, which never reads
-the recorded agent events), and counts the dialogues whose session log equals the recorded timeline: the same
-events (kind, call id, tool, arguments, words), and the same events at the same times. A generator that ran the
-expert in the runtime would give all of them by construction; the planner times the world its own way.
+Generates dialogues with the default config (the generator runs the expert of the teacher's strategy in the runtime,
+``data_gen.generate``), plays each one's user speech in the runtime on the virtual clock again with a fresh expert
+of the same strategy (``data_gen.expert``, which never reads the recorded agent events), and counts the dialogues
+whose session log equals the recorded timeline: the same events (kind, call id, tool, arguments, words, results),
+and the same events at the same times. It also prints the generation rate, to set beside the replay's.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from data_gen.generate import generate_dialogue
 
 
 def _fields(events: list) -> list[tuple]:
-    return [(e.kind, e.call_id, e.name, e.arguments, e.text, e.final) for e in events]
+    return [(e.kind, e.call_id, e.name, e.arguments, e.text, e.final, e.revises, e.content, e.error) for e in events]
 
 
 def main() -> None:
@@ -39,7 +39,9 @@ def main() -> None:
 
     config = GeneratorConfig(teacher=args.teacher)
     domains = select_domains(config)
+    start = time.perf_counter()
     timelines = [generate_dialogue(i, args.seed, config, domains) for i in range(args.num)]
+    generation_s = time.perf_counter() - start
     start = time.perf_counter()
     run = run_policy(
         args.teacher, timelines, expert_factory(args.teacher, config, domains), make_backend, SessionConfig()
@@ -53,7 +55,10 @@ def main() -> None:
         dt = max(abs(a.t - b.t) for a, b in zip(timeline.events, log.timeline.events, strict=True))
         worst.append(dt)
         same_times += dt < 1e-9
-    print(f"{args.num} {args.teacher} dialogues (seed {args.seed}) replayed by the expert in {seconds:.1f} s")
+    print(
+        f"{args.num} {args.teacher} dialogues (seed {args.seed}) generated in {generation_s:.1f} s "
+        f"({args.num / generation_s:,.0f}/s), replayed by the expert in {seconds:.1f} s"
+    )
     print(f"  completed: {sum(r.accurate for r in run.results)}")
     print(f"  the same events as recorded: {same_events}")
     print(f"  the same events at the same times: {same_times}")

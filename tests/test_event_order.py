@@ -91,3 +91,17 @@ def test_eval_writes_the_same_session_logs_one_session_at_a_time_and_all_at_once
         one, everything = (tmp_path / "one" / name).read_bytes(), (tmp_path / "all" / name).read_bytes()
         assert one == everything, name
     assert (tmp_path / "one" / "results.jsonl").read_bytes() == (tmp_path / "all" / "results.jsonl").read_bytes()
+
+
+def test_a_delay_halfway_between_two_milliseconds_lands_on_the_same_step_at_any_loop_time():
+    async def wait_from(start: float, delay: float) -> float:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(start)
+        begun = loop.time()
+        await asyncio.sleep(delay)
+        return round(loop.time() - begun, 6)
+
+    delays = [0.0125, 0.0005, 0.1235, 7.3415]
+    for delay in delays:
+        waited = {run_virtual(wait_from(start, delay)) for start in (0.0, 0.001, 3.7, 1234.567, 98765.432)}
+        assert len(waited) == 1 and round(waited.pop() * 1000, 6).is_integer(), delay

@@ -1,9 +1,10 @@
 """One live session: the user's speech replayed from a timeline, the tool executor, and a policy, on one clock.
 
-The agent loop mirrors the generator's planner (``data_gen.planner``) so that a policy meets exactly the
-situations it was trained on: events that arrive while the agent is busy enter its context together at the next
-action boundary, reading them costs prefill time, every action costs decode time (virtual clock: charged through
-the device profile; wall clock: the time it really took), and new events interrupt the policy between actions.
+The generator writes its timelines by running its expert in this loop (``data_gen.generate``), so a policy meets
+exactly the situations it was trained on: events that arrive while the agent is busy enter its context together at
+the next action boundary (speech first, then results, each in order of arrival), reading them costs prefill time,
+every action costs decode time (virtual clock: charged through the device profile; wall clock: the time it really
+took), and new events interrupt the policy between actions.
 
 Invalid actions (unparsable output, unknown call ids, a commit before the user has finished, ...) are not
 executed: the session logs a ``notice`` saying why and asks again, at most ``max_retries`` times in a row, and ends

@@ -82,8 +82,13 @@ class ExpertPolicy:
         strategy: One of :data:`EXPERT_STRATEGIES`.
         threshold: Confidence at which ``speculative`` acts on a reading (the generator's ``planner.threshold``).
         ack_rate: Probability that ``speculative`` acknowledges a finished utterance whose results are pending.
-        seed: The dialogue's seed (acknowledgements are drawn from its agent stream, as the planner draws them).
+        seed: The dialogue's seed (acknowledgements are drawn from its agent stream).
         name: What its results and logs are called; defaults to the strategy.
+
+    Attributes:
+        gold_call_ids: The session calls that stood for each answered turn's gold calls when the turn was answered,
+            in gold order (the generator's ground truth, with the arguments the executor ran them with).
+        facts: The facts of the last final answer the expert wrote.
     """
 
     io_bound = False
@@ -147,11 +152,13 @@ class ExpertPolicy:
             elif event.kind == "tool_cancel":
                 self._bound = {key: cid for key, cid in self._bound.items() if cid != event.call_id}
             elif event.kind == "user_chunk" and event.final:
-                # Drawn at every final chunk whatever the strategy, so the agent stream stays the planner's.
+                # Drawn at every final chunk whatever the strategy: the same draws under every strategy.
                 self._ack_wanted = self._agent_rng.random() < self.ack_rate
             elif event.kind == "say" and event.final:
-                gold = self.task.turns[self.view.turn - 1].gold.calls if self.view.turn <= len(self.task.turns) else []
-                self.gold_call_ids.extend(self._bound[p.key] for p in gold if p.key in self._bound)
+                answered = self.view.turn - 1  # the view has counted the answer already
+                if answered < len(self.task.turns):
+                    gold = self.task.turns[answered].gold.calls
+                    self.gold_call_ids.extend(self._bound[p.key] for p in gold if p.key in self._bound)
                 self.facts = self._facts
                 self._bound, self._intents, self._failures, self._dropped = {}, {}, Counter(), set()
                 self._ack_wanted = self._acked = False
