@@ -1,4 +1,5 @@
-"""One live session: the user's speech replayed from a timeline, the tool executor, and a policy, on one clock.
+"""One live session: the user's speech (replayed from a timeline, or spoken from words), the tool executor, and a
+policy, on one clock.
 
 The generator writes its timelines by running its expert in this loop (``data_gen.generate``), so a policy meets
 exactly the situations it was trained on: events that arrive while the agent is busy enter its context together at
