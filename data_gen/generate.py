@@ -10,33 +10,77 @@ replayed by its expert in the runtime it comes back with the same events at the 
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from clocktune.runtime.executor import CallState
 from clocktune.runtime.session import Session, SessionConfig, SessionLog
 from clocktune.runtime.speech import SpokenWords
 from clocktune.runtime.virtual_clock import run_virtual
 from clocktune.timeline.events import GroundTruth, GroundTruthCall, Timeline
+from clocktune.tools import ToolBackend
 from data_gen.config import GeneratorConfig
 from data_gen.dialogues import dialogue_seed, dialogue_task
 from data_gen.domains.base import Domain
 from data_gen.expert.policy import ExpertPolicy
 from data_gen.plugins import DomainBackend
+from data_gen.task import Task
 
-__all__ = ["GenerationError", "generate_dialogue"]
+__all__ = ["GenerationError", "PlayedTask", "generate_dialogue", "play_task"]
 
 
 class GenerationError(RuntimeError):
     """A task its expert could not play out (a grammar or expert bug), raised with the dialogue and what happened."""
 
 
-def _ground_truth(session: Session, log: SessionLog, expert: ExpertPolicy) -> GroundTruth:
-    # The gold calls as they reached the backend (a call whose input failed never did), in gold order per turn.
-    calls = []
-    for call_id in expert.gold_call_ids:
-        call = session.executor.calls[call_id]
-        if call.executed_with is not None:
-            calls.append(GroundTruthCall(call.name, call.executed_with))
-    return GroundTruth(calls=calls, final_state=log.final_state, facts=list(expert.facts))
+@dataclass
+class PlayedTask:
+    """A task its expert played out in a runtime session.
+
+    Args:
+        log: The session's outcome; ``log.timeline`` is the dialogue's timeline, its ground truth still the
+            header's.
+        calls: The executor's calls, as they ran (``CallState.executed_with``).
+        expert: The expert, with its record of each answered turn's gold calls and the last answer's facts.
+    """
+
+    log: SessionLog
+    calls: dict[str, CallState]
+    expert: ExpertPolicy
+
+
+def play_task(header: Timeline, task: Task, backend: ToolBackend, config: GeneratorConfig) -> PlayedTask:
+    """Plays a task out with the expert of the config's ``teacher`` strategy in a session on the virtual clock.
+
+    Args:
+        header: The timeline's header (id, domain, task, seed, teacher, tools, initial state); no events.
+        task: The task: the words the user speaks, the readings, the gold calls and the answer.
+        backend: The session's backend, in the header's initial state.
+        config: Generator config (speech, device, the expert's threshold and acknowledgement rate).
+
+    Returns:
+        The played task.
+
+    Raises:
+        GenerationError: When the expert does not finish the task cleanly (a notice, a timeout, giving up).
+    """
+    expert = ExpertPolicy(
+        task,
+        header.tools,
+        config.teacher,
+        threshold=config.planner.threshold,
+        ack_rate=config.planner.ack_rate,
+        seed=header.seed,
+    )
+    speech = SpokenWords([turn.words for turn in task.turns], config.speech, header.seed)
+    session = Session(header, expert, SessionConfig(device=config.device), backend, speech)
+    log = run_virtual(session.run())
+    if log.end_reason != "done" or log.notices:
+        notices = [event.text for event in log.timeline.events if event.kind == "notice"]
+        raise GenerationError(
+            f"dialogue {header.id} ({header.domain}/{header.task}): the {config.teacher} expert ended with "
+            f"{log.end_reason!r} after {log.notices} notice(s) {notices}"
+        )
+    return PlayedTask(log, session.executor.calls, expert)
 
 
 def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: list[Domain] | None = None) -> Timeline:
@@ -67,22 +111,13 @@ def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: l
         ground_truth=GroundTruth(),
         events=[],
     )
-    expert = ExpertPolicy(
-        drawn.task,
-        drawn.tools,
-        config.teacher,
-        threshold=config.planner.threshold,
-        ack_rate=config.planner.ack_rate,
-        seed=own_seed,
-    )
-    speech = SpokenWords([turn.words for turn in drawn.task.turns], config.speech, own_seed)
     backend = DomainBackend(drawn.domain, copy.deepcopy(drawn.initial_state))  # the timeline keeps the initial one
-    session = Session(header, expert, SessionConfig(device=config.device), backend, speech)
-    log = run_virtual(session.run())
-    if log.end_reason != "done" or log.notices:
-        notices = [event.text for event in log.timeline.events if event.kind == "notice"]
-        raise GenerationError(
-            f"dialogue {header.id} ({header.domain}/{header.task}): the {config.teacher} expert ended with "
-            f"{log.end_reason!r} after {log.notices} notice(s) {notices}"
-        )
-    return replace(log.timeline, ground_truth=_ground_truth(session, log, expert))
+    played = play_task(header, drawn.task, backend, config)
+    # The gold calls as they reached the backend (a call whose input failed never did), in gold order per turn.
+    calls = []
+    for call_id in played.expert.gold_call_ids:
+        call = played.calls[call_id]
+        if call.executed_with is not None:
+            calls.append(GroundTruthCall(call.name, call.executed_with))
+    ground_truth = GroundTruth(calls=calls, final_state=played.log.final_state, facts=list(played.expert.facts))
+    return replace(played.log.timeline, ground_truth=ground_truth)

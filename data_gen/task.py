@@ -2,10 +2,10 @@
 
 A grammar (one function per kind of task, in ``data_gen/domains``) writes an utterance phrase by phrase with an
 :class:`UtteranceBuilder` and attaches a :class:`Reading` wherever the words heard so far change what the user
-most likely wants. The teacher planner (``data_gen/planner.py``) turns readings into actions on the clock: it
-issues a reading's read-only calls as soon as its confidence reaches the threshold, modifies or cancels them
-when a later reading differs, and waits for the final reading (the gold one, at the end of the utterance)
-before a state-changing call is committed.
+most likely wants. The speculative expert (``data_gen/expert``, also the generator's teacher) turns readings into
+actions on the clock: it issues a reading's calls as soon as its confidence reaches the threshold, modifies or
+cancels them when a later reading differs, and waits for the final reading (the gold one, at the end of the
+utterance) before a state-changing call is committed.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class PlannedCall:
     """A call the user wants, as a grammar states it.
 
     Args:
-        key: Role of the call within the task (``"search"``, ``"book"``); stable across readings so the planner
+        key: Role of the call within the task (``"search"``, ``"book"``); stable across readings so the expert
             can tell a changed call (modify) from a new one.
         name: Tool name.
         arguments: Literal values, or ``{"$ref": "<key>"}`` / ``{"$ref": "<key>.<path>"}`` for the result of

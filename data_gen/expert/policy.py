@@ -114,6 +114,7 @@ class ExpertPolicy:
         self._settle = [settle_points(turn, threshold) for turn in task.turns]
         self._agent_rng = random.Random(f"{seed}:agent")
         self._bound: dict[str, str] = {}  # key of the current turn -> the session call that stands for it
+        self._answered: dict[str, str] = {}  # key of an answered turn -> the call that stood for it then
         self._intents: dict[str, tuple[str, str]] = {}  # call id the expert chose -> (key, tool)
         self._failures: Counter[str] = Counter()  # key -> transient failures seen (counted off results, not plans)
         self._dropped: set[str] = set()  # released writes the expert gave up on: never stand-ins again
@@ -159,6 +160,7 @@ class ExpertPolicy:
                 if answered < len(self.task.turns):
                     gold = self.task.turns[answered].gold.calls
                     self.gold_call_ids.extend(self._bound[p.key] for p in gold if p.key in self._bound)
+                self._answered.update(self._bound)
                 self.facts = self._facts
                 self._bound, self._intents, self._failures, self._dropped = {}, {}, Counter(), set()
                 self._ack_wanted = self._acked = False
@@ -279,13 +281,22 @@ class ExpertPolicy:
     def _target(self, planned: PlannedCall, resolved: bool) -> dict[str, Any] | None:
         """The arguments ``planned`` wants now (references by call id, or resolved), or ``None`` until its inputs
         are bound (and, ``resolved``, their results are in)."""
-        if any(key not in self._bound for key in referenced_keys(planned.arguments)):
+        bound = self._inputs()
+        if any(key not in bound for key in referenced_keys(planned.arguments)):
             return None
-        arguments = rekey(planned.arguments, self._bound)
+        arguments = rekey(planned.arguments, bound)
         if not resolved:
             return arguments
         values = self.view.resolve(arguments)
         return None if values is UNRESOLVED else values
+
+    def _inputs(self) -> dict[str, str]:
+        """Key -> call for ``$ref`` inputs: the current turn's bindings, then an answered turn's for a key the current
+        turn does not use (an imported conversation's call may take an earlier turn's result)."""
+        turn = self.task.turns[self.view.turn]
+        current = {planned.key for reading in turn.readings for planned in reading.calls}  # the gold one included
+        earlier = {key: call_id for key, call_id in self._answered.items() if key not in current}
+        return {**earlier, **self._bound}
 
     def _adopt(self, wanted: list[PlannedCall]) -> None:
         # A call anyone issued that is exactly a wanted call stands for it: no second copy, no cancel.

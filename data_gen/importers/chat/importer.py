@@ -1,7 +1,8 @@
 """Playing conversations out as timelines, and importing a whole file in the generator's dataset layout.
 
-Each conversation's turns are spoken through the speech model; the config's teacher plays the task of
-``placement.build_task`` on the virtual clock against the conversation's :class:`RecordedBackend`, and the
+Each conversation's turns are spoken through the speech model; the expert of the config's teacher strategy plays the
+task of ``placement.build_task`` in a runtime session on the virtual clock (``data_gen.generate.play_task``, as
+generated dialogues are played) against the conversation's :class:`RecordedBackend`, and the
 timeline's ground truth is what reached that backend (resolved arguments), its final state the state-changing calls
 served, and the last answer's facts.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +31,11 @@ from clocktune.timeline.validate import validate_timeline
 from clocktune.tools import ToolError
 from data_gen.config import GeneratorConfig, config_to_dict
 from data_gen.dialogues import dialogue_seed
-from data_gen.domains.base import Domain
+from data_gen.generate import GenerationError, play_task
 from data_gen.importers.chat.backend import RecordedBackend
 from data_gen.importers.chat.conversation import Conversation, parse_conversation
 from data_gen.importers.chat.placement import build_task, responses
 from data_gen.importers.chat.reader import fingerprint, read_rows
-from data_gen.planner import PlannerError, Simulation
 from data_gen.stats import DatasetStats
 from data_gen.writer import MANIFEST
 
@@ -58,8 +59,27 @@ class ChatImportError(ValueError):
         super().__init__(f"{len(issues)} issue(s) on {len(lines)} row(s); nothing was imported")
 
 
+class _RecordingBackend:
+    """The conversation's backend, recording every call that reaches it (the timeline's ground truth)."""
+
+    sequential = False
+
+    def __init__(self, backend: RecordedBackend) -> None:
+        self.backend = backend
+        self.calls: list[GroundTruthCall] = []
+
+    def execute(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Records the call, then serves it."""
+        self.calls.append(GroundTruthCall(name, json.loads(json.dumps(arguments))))
+        return self.backend.execute(name, arguments)
+
+    def state(self) -> dict[str, Any]:
+        """The state the state-changing calls served so far leave."""
+        return self.backend.state()
+
+
 def conversation_timeline(conversation: Conversation, kind: str, seed: int, config: GeneratorConfig) -> Timeline:
-    """Plays one conversation out under the config's teacher.
+    """Plays one conversation out with the expert of the config's teacher, in the runtime (``generate.play_task``).
 
     Args:
         conversation: The checked conversation.
@@ -71,33 +91,13 @@ def conversation_timeline(conversation: Conversation, kind: str, seed: int, conf
         The timeline (domain ``chat``).
 
     Raises:
-        PlannerError: When the task cannot be played out.
+        GenerationError: When the task cannot be played out.
         ValueError: When the dialogue ends in another state than replaying its ground truth (a bug).
     """
     recorded = responses(conversation)
     side_effects = {tool.name: tool.side_effect for tool in conversation.tools}
-    backend = RecordedBackend(recorded, side_effects)
-    calls: list[GroundTruthCall] = []
-
-    def execute(state: dict, name: str, arguments: dict) -> Any:
-        calls.append(GroundTruthCall(name, json.loads(json.dumps(arguments))))
-        return backend.execute(name, arguments)
-
-    # The backend carries the state, so the state dict the planner copies stays empty.
-    domain = Domain(DOMAIN, conversation.tools, lambda rng: {}, execute, [])
-    task = build_task(conversation, kind)
-    simulation = Simulation(domain, conversation.tools, task, {}, config, seed, config.teacher)
-    events = simulation.run()
-    replay = RecordedBackend(recorded, side_effects)
-    for call in calls:
-        try:
-            replay.execute(call.name, call.arguments)
-        except ToolError:  # a refusal is an outcome (an injected failure never reaches the backend)
-            continue
-    if replay.state() != backend.state():
-        raise ValueError(f"conversation {conversation.id}: the dialogue ends in another state than its replay")
-    facts = simulation.answers[-1].facts if simulation.answers else []
-    return Timeline(
+    backend = _RecordingBackend(RecordedBackend(recorded, side_effects))
+    header = Timeline(
         id=conversation.id,
         domain=DOMAIN,
         task=kind,
@@ -105,9 +105,20 @@ def conversation_timeline(conversation: Conversation, kind: str, seed: int, conf
         teacher=config.teacher,
         tools=conversation.tools,
         initial_state={"responses": recorded},
-        ground_truth=GroundTruth(calls=calls, final_state=backend.state(), facts=list(facts)),
-        events=events,
+        ground_truth=GroundTruth(),
+        events=[],
     )
+    played = play_task(header, build_task(conversation, kind), backend, config)
+    replay = RecordedBackend(recorded, side_effects)
+    for call in backend.calls:
+        try:
+            replay.execute(call.name, call.arguments)
+        except ToolError:  # a refusal is an outcome (an injected failure never reaches the backend)
+            continue
+    if replay.state() != backend.state():
+        raise ValueError(f"conversation {conversation.id}: the dialogue ends in another state than its replay")
+    ground_truth = GroundTruth(calls=backend.calls, final_state=backend.state(), facts=list(played.expert.facts))
+    return replace(played.log.timeline, ground_truth=ground_truth)
 
 
 def import_chat(
@@ -164,7 +175,7 @@ def import_chat(
         seen.add(conversation.id)
         try:
             timeline = conversation_timeline(conversation, kind, dialogue_seed(seed, row.index), config)
-        except (PlannerError, ValueError) as error:
+        except (GenerationError, ValueError) as error:
             issues.append(Issue(row.path, row.line, "messages", f"cannot be played out: {error}"))
             continue
         found = validate_timeline(timeline, row.path, row.line)
