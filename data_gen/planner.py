@@ -1,8 +1,8 @@
 """Teacher planners of the importers: play an imported task out on the virtual clock and write the agent's side.
 
-Generated domains no longer come here: ``data_gen.generate`` runs the reactive expert in the runtime. The chat and
-BFCL importers still do (docs/design.md §10 says what keeps them), so this module is a second implementation of the
-runtime's call graph, kept in step with ``clocktune.runtime.executor`` by hand.
+Generated domains and imported conversations no longer come here: ``data_gen.generate.play_task`` runs the reactive
+expert in the runtime. The BFCL importer still does, for its program-order rule (docs/design.md §10), so this module
+is a second implementation of the runtime's call graph, kept in step with ``clocktune.runtime.executor`` by hand.
 
 The simulation has three actors, each timed by ``clocktune.clock``: the user's speech (recogniser updates),
 the tool executor (latency, dependencies, commit), and the agent, which reads new events (prefill), then emits
