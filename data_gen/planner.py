@@ -37,9 +37,8 @@ from clocktune.timeline.events import Event, GroundTruth, GroundTruthCall, ToolS
 from clocktune.timeline.refs import resolve_refs
 from data_gen.config import GeneratorConfig
 from data_gen.domains.base import Domain, ToolError
+from data_gen.expert.policy import ACKNOWLEDGEMENTS
 from data_gen.task import Answer, PlannedCall, Reading, Task, Turn, referenced_keys, rekey
-
-ACKNOWLEDGEMENTS = ("One moment.", "Let me check.", "On it.", "Sure, checking now.", "Give me a second.")
 
 
 class PlannerError(RuntimeError):

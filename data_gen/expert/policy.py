@@ -39,12 +39,13 @@ from clocktune.runtime.executor import error_kind
 from clocktune.runtime.policy import Decision
 from clocktune.timeline.events import Event, ToolSchema
 from data_gen.expert.view import UNRESOLVED, CallView, SessionView
-from data_gen.planner import ACKNOWLEDGEMENTS
 from data_gen.task import PlannedCall, Reading, Task, Turn, referenced_keys, rekey
 
-__all__ = ["EXPERT_STRATEGIES", "MAX_RETRIES", "ExpertPolicy"]
+__all__ = ["ACKNOWLEDGEMENTS", "EXPERT_STRATEGIES", "MAX_RETRIES", "ExpertPolicy"]
 
 EXPERT_STRATEGIES = ("speculative", "sync", "sync_parallel", "async", "oracle")
+# What the speculative expert says while results are pending (``ack_rate``).
+ACKNOWLEDGEMENTS = ("One moment.", "Let me check.", "On it.", "Sure, checking now.", "Give me a second.")
 # Runs of one gold call after transient failures (timeouts, injected faults) before the expert apologises.
 MAX_RETRIES = 3
 _WAIT = Action("wait")
