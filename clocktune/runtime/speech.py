@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from clocktune.clock import SpeechConfig, speak, speaker_rate
+from clocktune.runtime.virtual_clock import GRID_DIGITS
 from clocktune.timeline.events import Event, Timeline
 
 __all__ = ["RecordedSpeech", "SpeechSource", "SpokenChunk", "SpokenWords", "utterances"]
@@ -120,7 +121,9 @@ class RecordedSpeech:
     def _chunks(self, index: int, start: float) -> list[SpokenChunk]:
         chunks = self.turns[index]
         offset = start - chunks[0].t
-        return [SpokenChunk(c.id, round(c.t + offset, 3), c.text or "", bool(c.final), c.revises) for c in chunks]
+        return [
+            SpokenChunk(c.id, round(c.t + offset, GRID_DIGITS), c.text or "", bool(c.final), c.revises) for c in chunks
+        ]
 
     def first(self) -> list[SpokenChunk]:
         """The first utterance, at its recorded times."""
@@ -159,7 +162,9 @@ class SpokenWords:
         chunks, last_garbled = [], None
         for chunk in speak(self.turn_words[index], start, self._rate, self.config, self._rng):
             self._count += 1
-            spoken = SpokenChunk(f"s{self._count}", round(chunk.t, 3), chunk.text, chunk.final, last_garbled)
+            # On the grid before the session adds its start time, for the reason of ``VirtualClockLoop.call_later``.
+            t = round(chunk.t, GRID_DIGITS)
+            spoken = SpokenChunk(f"s{self._count}", t, chunk.text, chunk.final, last_garbled)
             chunks.append(spoken)
             last_garbled = spoken.id if chunk.garbled else None
         return chunks

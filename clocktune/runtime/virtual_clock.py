@@ -55,7 +55,7 @@ def session_seconds(now: float, start: float) -> float:
     Returns:
         The difference in whole milliseconds.
     """
-    return round(round((now - start) * 10**GRID_DIGITS) / 10**GRID_DIGITS, GRID_DIGITS)
+    return round((now - start) * 10**GRID_DIGITS) / 10**GRID_DIGITS
 
 
 class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):

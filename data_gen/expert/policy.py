@@ -113,6 +113,9 @@ class ExpertPolicy:
         self.ack_rate = ack_rate
         self.view = SessionView([turn.words for turn in task.turns], tools)
         self._settle = [settle_points(turn, threshold) for turn in task.turns]
+        # Keys any reading of a turn uses (the gold one included): an answered turn's binding of such a key never
+        # stands for an input of this turn.
+        self._turn_keys = [{p.key for reading in turn.readings for p in reading.calls} for turn in task.turns]
         self._agent_rng = random.Random(f"{seed}:agent")
         self._bound: dict[str, str] = {}  # key of the current turn -> the session call that stands for it
         self._answered: dict[str, str] = {}  # key of an answered turn -> the call that stood for it then
@@ -121,7 +124,6 @@ class ExpertPolicy:
         self._dropped: set[str] = set()  # released writes the expert gave up on: never stand-ins again
         self._ack_wanted = False
         self._acked = False
-        self._facts: list[str] = []
         self.gold_call_ids: list[str] = []
         self.facts: list[str] = []
 
@@ -157,12 +159,9 @@ class ExpertPolicy:
                 # Drawn at every final chunk whatever the strategy: the same draws under every strategy.
                 self._ack_wanted = self._agent_rng.random() < self.ack_rate
             elif event.kind == "say" and event.final:
-                answered = self.view.turn - 1  # the view has counted the answer already
-                if answered < len(self.task.turns):
-                    gold = self.task.turns[answered].gold.calls
-                    self.gold_call_ids.extend(self._bound[p.key] for p in gold if p.key in self._bound)
+                gold = self.task.turns[self.view.turn - 1].gold.calls  # the view has counted the answer already
+                self.gold_call_ids.extend(self._bound[p.key] for p in gold if p.key in self._bound)
                 self._answered.update(self._bound)
-                self.facts = self._facts
                 self._bound, self._intents, self._failures, self._dropped = {}, {}, Counter(), set()
                 self._ack_wanted = self._acked = False
         return tokens
@@ -294,8 +293,7 @@ class ExpertPolicy:
     def _inputs(self) -> dict[str, str]:
         """Key -> call for ``$ref`` inputs: the current turn's bindings, then an answered turn's for a key the current
         turn does not use (an imported conversation's call may take an earlier turn's result)."""
-        turn = self.task.turns[self.view.turn]
-        current = {planned.key for reading in turn.readings for planned in reading.calls}  # the gold one included
+        current = self._turn_keys[self.view.turn]
         earlier = {key: call_id for key, call_id in self._answered.items() if key not in current}
         return {**earlier, **self._bound}
 
@@ -446,9 +444,9 @@ class ExpertPolicy:
         for planned in turn.gold.calls:
             call = self.view.live(self._bound.get(planned.key))
             if call is not None and call.error is not None:  # the first error in gold order: the root cause
-                self._facts = []
+                self.facts = []
                 return Action("say", text=f"Sorry, I couldn't complete that: {call.error}.", final=True)
         results = {p.key: self.view.content(self._bound[p.key]) for p in turn.gold.calls}
         answer = turn.answer(results)
-        self._facts = answer.facts
+        self.facts = answer.facts
         return Action("say", text=answer.text, final=True)
