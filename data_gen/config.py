@@ -36,6 +36,35 @@ class PlannerConfig:
 
 
 @dataclass
+class PerturbConfig:
+    """Noise in the teacher's actions, so that the data shows states off its path and how it recovers from them
+    (DART, Laskey et al. 2017; :mod:`data_gen.expert.perturb`). The wrong actions carry no loss
+    (``Timeline.context_only``); the expert's recovery does.
+
+    Args:
+        dialogues: Share of dialogues whose expert is perturbed (0: none, the default).
+        rate: In such a dialogue, probability of a perturbation at each decision (when its kind applies).
+        budget: Perturbations at most per dialogue.
+        kinds: What a perturbation does: ``missed_call`` (a wait in place of a call), ``wrong_arguments`` (a call or
+            modify with one argument changed), ``wrong_tool`` (a call to another tool in place of a call or modify),
+            ``spurious_call`` (a call to some tool where the expert waited). After each of them the expert can always
+            finish the task (tests/test_expert.py), so the ground truth is the unperturbed one's.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    dialogues: Probability = 0.0
+    rate: Probability = 0.5
+    budget: Annotated[int, Field(ge=1)] = 1
+    kinds: Annotated[
+        list[Literal["missed_call", "wrong_arguments", "wrong_tool", "spurious_call"]], Field(min_length=1)
+    ] = field(default_factory=lambda: ["missed_call", "wrong_arguments", "wrong_tool"])
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass
 class GeneratorConfig:
     """Everything that shapes generated timelines besides the seed.
 
@@ -50,6 +79,7 @@ class GeneratorConfig:
             the working directory) to draw from too.
         no_tool_rate: Share of dialogues that need no tool.
         teacher: ``speculative`` (acts while the user speaks) or ``sync`` (turn-based baseline).
+        perturb: Noise in the teacher's actions (off by default).
     """
 
     __pydantic_config__ = _STRICT
@@ -62,6 +92,7 @@ class GeneratorConfig:
     domain_files: list[str] = field(default_factory=list)
     no_tool_rate: Probability = 0.1
     teacher: Literal["speculative", "sync"] = "speculative"
+    perturb: PerturbConfig = field(default_factory=PerturbConfig)
 
     def __post_init__(self) -> None:
         check_fields(self)  # the nested configs checked themselves when they were built
@@ -91,10 +122,12 @@ def load_config(path: str | Path | None) -> GeneratorConfig:
 def config_to_dict(config: GeneratorConfig) -> dict:
     """The config as plain data (for ``stats.json`` and resume checks).
 
-    ``domain_files`` is left out when empty, so that the settings stamps of folders written before the field existed
-    still match.
+    ``domain_files`` is left out when empty and ``perturb`` when it is off (the default), so that the settings stamps
+    of folders written before the fields existed still match.
     """
     data = _ADAPTER.dump_python(config, mode="json")
     if not data["domain_files"]:
         del data["domain_files"]
+    if config.perturb == PerturbConfig():
+        del data["perturb"]
     return data

@@ -10,6 +10,7 @@ replayed by its expert in the runtime it comes back with the same events at the 
 from __future__ import annotations
 
 import copy
+import random
 from dataclasses import dataclass, replace
 
 from clocktune.runtime.executor import CallState
@@ -21,6 +22,7 @@ from clocktune.tools import ToolBackend
 from data_gen.config import GeneratorConfig
 from data_gen.dialogues import dialogue_seed, dialogue_task
 from data_gen.domains.base import Domain
+from data_gen.expert.perturb import PerturbedExpert
 from data_gen.expert.policy import ExpertPolicy
 from data_gen.plugins import DomainBackend
 from data_gen.task import Task
@@ -41,21 +43,27 @@ class PlayedTask:
             header's.
         calls: The executor's calls, as they ran (``CallState.executed_with``).
         expert: The expert, with its record of each answered turn's gold calls and the last answer's facts.
+        context_only: Ids of the logged agent events that were the perturbation's wrong actions (``config.perturb``).
     """
 
     log: SessionLog
     calls: dict[str, CallState]
     expert: ExpertPolicy
+    context_only: list[str]
 
 
 def play_task(header: Timeline, task: Task, backend: ToolBackend, config: GeneratorConfig) -> PlayedTask:
     """Plays a task out with the expert of the config's ``teacher`` strategy in a session on the virtual clock.
 
+    A share ``config.perturb.dialogues`` of dialogues (drawn from the header's seed) is played by the expert under a
+    :class:`~data_gen.expert.perturb.PerturbedExpert`: some of its actions are replaced with wrong ones, which it
+    then puts right.
+
     Args:
         header: The timeline's header (id, domain, task, seed, teacher, tools, initial state); no events.
         task: The task: the words the user speaks, the readings, the gold calls and the answer.
         backend: The session's backend, in the header's initial state.
-        config: Generator config (speech, device, the expert's threshold and acknowledgement rate).
+        config: Generator config (speech, device, the expert's threshold and acknowledgement rate, the noise).
 
     Returns:
         The played task.
@@ -71,16 +79,25 @@ def play_task(header: Timeline, task: Task, backend: ToolBackend, config: Genera
         ack_rate=config.planner.ack_rate,
         seed=header.seed,
     )
+    policy: ExpertPolicy | PerturbedExpert = expert
+    perturb = config.perturb
+    if perturb.dialogues > 0:
+        rng = random.Random(f"{header.seed}:perturb")  # its own stream: the task and the speech draw the same
+        if rng.random() < perturb.dialogues:
+            policy = PerturbedExpert(expert, header, tuple(perturb.kinds), rng, perturb.budget, perturb.rate)
     speech = SpokenWords([turn.words for turn in task.turns], config.speech, header.seed)
-    session = Session(header, expert, SessionConfig(device=config.device), backend, speech)
+    session = Session(header, policy, SessionConfig(device=config.device), backend, speech)
     log = run_virtual(session.run())
-    if log.end_reason != "done" or log.notices:
+    perturbed = isinstance(policy, PerturbedExpert)
+    # A wrong action may earn a notice (a wait with nothing pending: "act now"); the expert's own actions never may.
+    expert_notices = policy.expert_notices if perturbed else log.notices
+    if log.end_reason != "done" or expert_notices:
         notices = [event.text for event in log.timeline.events if event.kind == "notice"]
         raise GenerationError(
             f"dialogue {header.id} ({header.domain}/{header.task}): the {config.teacher} expert ended with "
             f"{log.end_reason!r} after {log.notices} notice(s) {notices}"
         )
-    return PlayedTask(log, session.executor.calls, expert)
+    return PlayedTask(log, session.executor.calls, expert, list(policy.own_event_ids) if perturbed else [])
 
 
 def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: list[Domain] | None = None) -> Timeline:
@@ -120,4 +137,4 @@ def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: l
         if call.executed_with is not None:
             calls.append(GroundTruthCall(call.name, call.executed_with))
     ground_truth = GroundTruth(calls=calls, final_state=played.log.final_state, facts=list(played.expert.facts))
-    return replace(played.log.timeline, ground_truth=ground_truth)
+    return replace(played.log.timeline, ground_truth=ground_truth, context_only=played.context_only)

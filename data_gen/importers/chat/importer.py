@@ -147,11 +147,16 @@ def import_chat(
 
     Raises:
         ChatImportError: Listing every problem of every bad row (nothing is written).
-        ValueError: For a missing source, a limit below 1, or an ``out_dir`` that is a file or was written with other
-            settings.
+        ValueError: For a missing source, a limit below 1, a config with ``perturb`` on, or an ``out_dir`` that is a
+            file or was written with other settings.
     """
     started = time.perf_counter()
     config = config or GeneratorConfig()
+    if config.perturb.dialogues > 0:
+        # The ground truth of a conversation is every call its backend ran, which would then include the wrong ones.
+        raise ValueError(
+            "perturb.dialogues must be 0 for import-chat: its ground truth is every call the dialogue ran"
+        )
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be ≥ 1, got {limit}")
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
