@@ -47,6 +47,7 @@ class DatasetStats:
         features = timeline_features(timeline)
         for name in ("speculative_call", "corrected_call", "parallel_calls", "dependent_calls", "no_tool"):
             self.features[name] += getattr(features, name)
+        self.features["perturbed"] += bool(timeline.context_only)  # wrong actions of a perturbed expert (perturb)
         self.speech_rates.extend(speech_rates(timeline))
         self.tool_latencies.extend(observed_tool_latencies(timeline))
         self.response_latencies.extend(response_latencies(timeline))
@@ -85,4 +86,5 @@ class DatasetStats:
             "frac_with_parallel_calls": fraction("parallel_calls"),
             "frac_with_dependent_calls": fraction("dependent_calls"),
             "frac_no_tool": fraction("no_tool"),
+            "frac_perturbed": fraction("perturbed"),
         }

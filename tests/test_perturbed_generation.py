@@ -1,6 +1,7 @@
 """Generation with noise in the teacher's actions (``perturb``): wrong actions as context, the expert's recovery as
 targets, the ground truth of the unperturbed task."""
 
+import json
 from collections import Counter
 from dataclasses import replace
 
@@ -73,7 +74,10 @@ def test_perturbed_generation_is_byte_identical_across_process_counts(tmp_path):
         assert (outputs[0] / shard).read_bytes() == (outputs[1] / shard).read_bytes(), shard
     timelines = [t for shard in shards for t in read_timelines(outputs[0] / shard)]
     assert len(timelines) == 300
-    assert 50 <= sum(bool(t.context_only) for t in timelines) <= 150  # half drawn, ~0.6 of those perturbed
+    perturbed = sum(bool(t.context_only) for t in timelines)
+    assert 50 <= perturbed <= 150  # half drawn, ~0.6 of those perturbed
+    stats = json.loads((outputs[0] / "stats.json").read_text())
+    assert stats["frac_perturbed"] == round(perturbed / 300, 4)
 
 
 def test_a_config_without_noise_keeps_the_settings_stamp_it_had_before_perturb_existed():
