@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -99,6 +99,21 @@ class GeneratorConfig:
 
 
 _ADAPTER = TypeAdapter(GeneratorConfig)
+
+
+def held_out_config(config: GeneratorConfig) -> GeneratorConfig:
+    """The config of held-out dialogues for a training config: the same, without noise in the teacher's actions.
+
+    Noise is for training (its wrong actions carry no loss); held out, a teacher-forced score would count its wrong
+    actions as decisions to predict.
+
+    Args:
+        config: The training data's config.
+
+    Returns:
+        The config with ``perturb`` off.
+    """
+    return replace(config, perturb=PerturbConfig())
 
 
 def load_config(path: str | Path | None) -> GeneratorConfig:

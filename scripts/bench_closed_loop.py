@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from clocktune.atomic import atomic_write_text
     from clocktune.rendered_dataset import load_timeline_files
-    from data_gen.config import load_config
+    from data_gen.config import held_out_config, load_config
     from data_gen.writer import GenerationJob, run_generation
 
     started = time.monotonic()
@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.datagen_config)
     train_dir, eval_dir = out / "data" / "train", out / "data" / "eval"
     run_generation(GenerationJob(config, args.train_dialogues, 0, train_dir), num_proc=args.num_proc)
-    run_generation(GenerationJob(config, args.eval_dialogues, 1, eval_dir), num_proc=args.num_proc)
+    eval_job = GenerationJob(held_out_config(config), args.eval_dialogues, 1, eval_dir)
+    run_generation(eval_job, num_proc=args.num_proc)
     held_out = load_timeline_files([eval_dir / "data"])
 
     teacher_dir = out / "teacher"

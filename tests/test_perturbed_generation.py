@@ -12,7 +12,7 @@ from clocktune.encoding import extend_tokenizer
 from clocktune.render import IGNORE_INDEX, render
 from clocktune.timeline import read_timelines, validate_timeline
 from data_gen.cli import main as datagen_main
-from data_gen.config import GeneratorConfig, PerturbConfig, config_to_dict
+from data_gen.config import GeneratorConfig, PerturbConfig, config_to_dict, held_out_config
 from data_gen.generate import generate_dialogue
 from data_gen.importers.chat.importer import import_chat
 
@@ -88,3 +88,9 @@ def test_a_config_without_noise_keeps_the_settings_stamp_it_had_before_perturb_e
 def test_import_chat_refuses_noise_because_its_ground_truth_is_every_call_the_dialogue_ran(tmp_path):
     with pytest.raises(ValueError, match="perturb.dialogues must be 0 for import-chat"):
         import_chat(tmp_path / "conversations.jsonl", tmp_path / "out", config=PERTURBED)
+
+
+def test_held_out_dialogues_are_generated_without_the_training_noise():
+    held_out = held_out_config(PERTURBED)
+    assert held_out.perturb == PerturbConfig() and replace(held_out, perturb=PERTURBED.perturb) == PERTURBED
+    assert generate_dialogue(3, 1, held_out) == generate_dialogue(3, 1, GeneratorConfig())

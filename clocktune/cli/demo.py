@@ -267,14 +267,15 @@ def main(argv: list[str] | None = None) -> dict:
     from clocktune.train.sft import main as train
     from clocktune.train.sft import make_parser as recipe_parser
     from data_gen.backends import make_backend
-    from data_gen.config import load_config
+    from data_gen.config import held_out_config, load_config
     from data_gen.writer import GenerationJob, run_generation
 
     out = Path(args.out)
     config = load_config(args.datagen_config)
     train_dir, eval_dir = out / "data" / "train", out / "data" / "eval"
     stats = run_generation(GenerationJob(config, args.train_dialogues, 0, train_dir), num_proc=args.num_proc)
-    run_generation(GenerationJob(config, args.eval_dialogues, 1, eval_dir), num_proc=args.num_proc)
+    eval_job = GenerationJob(held_out_config(config), args.eval_dialogues, 1, eval_dir)
+    run_generation(eval_job, num_proc=args.num_proc)
     held_out = load_timeline_files([eval_dir / "data"])
     # What the model learns from: one held-out dialogue as the teacher played it, as text and as a chart.
     example = held_out[min(1, len(held_out) - 1)]
