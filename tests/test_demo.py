@@ -69,7 +69,7 @@ def test_demo_ends_with_the_runtime_table_and_shows_a_dialogue(tmp_path, capsys)
 
     out = tmp_path / "demo"
     argv = ["--out", str(out), "--train-dialogues", "4", "--eval-dialogues", "2", "--max-steps", "1"]
-    main([*argv, "--runtime-dialogues", "1", "--num-proc", "1"])
+    main([*argv, "--runtime-dialogues", "1", "--num-proc", "1", "--no-sync-model"])
 
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
     table = next(i for i, line in enumerate(printed) if line.split()[:3] == ["policy", "accuracy", "p50"])
@@ -83,3 +83,26 @@ def test_demo_ends_with_the_runtime_table_and_shows_a_dialogue(tmp_path, capsys)
     assert written["eval"]["dialogues"] == 1 and written["eval"]["policy"] == "smollm2"
     assert written["live_accuracy"] == written["eval"]["accuracy"] and written["live_dialogues"] == 1
     assert (out / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_demo_plays_the_sync_teacher_model_beside_the_speculative_one_and_checks_the_goal(tmp_path, capsys):
+    from clocktune.cli.demo import SYNC_MODEL, main
+
+    out = tmp_path / "demo"
+    argv = ["--out", str(out), "--train-dialogues", "4", "--eval-dialogues", "2", "--max-steps", "1"]
+    summary = main([*argv, "--runtime-dialogues", "2", "--num-proc", "1"])
+
+    sync = summary["sync_model"]
+    assert sync["policy"] == SYNC_MODEL and sync["dialogues"] == 2 and sync["baseline"] == "sync"
+    assert (Path(sync["checkpoint"]) / "adapter_model.safetensors").exists()
+    shard = next((out / "data" / "train-sync" / "data").glob("*.jsonl"))
+    assert {json.loads(line)["teacher"] for line in shard.read_text().splitlines()} == {"sync"}
+    goal = summary["goal"]
+    assert goal["accuracy_gap"] == round(sync["accuracy"] - summary["eval"]["accuracy"], 4)
+    assert goal["met"] == (goal["accuracy_gap"] <= 0.02 and (goal["bound_share"] or 0) >= 0.8)
+    written = json.loads((out / "summary.json").read_text())
+    assert written["sync_model"]["accuracy"] == sync["accuracy"] and written["goal"] == goal
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    headline = next(i for i, line in enumerate(printed) if line.startswith("live accuracy "))
+    assert printed[headline + 1].startswith("the sync-teacher model (the recipe on turn-based dialogues) completed")
+    assert ("goal: within 2 points at >= 80%: " + ("met" if goal["met"] else "not met")) in printed[headline + 1]
