@@ -6,15 +6,24 @@ runtime receives it and never looks domains up itself (docs/design.md §6).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from clocktune.timeline.events import Timeline
+from clocktune.timeline.events import GroundTruthCall, Timeline
 from clocktune.timeline.io import Issue
 from clocktune.tools import BackendFactory, BrokenCallError, ToolBackend, ToolError
 from data_gen.declarative import declared_backend
 from data_gen.plugins import DomainBackend, DomainPlugin, find_plugin
 
-__all__ = ["BFCL_PLUGIN", "DomainBackend", "backend_factory", "check_ground_truth_state", "make_backend", "serves"]
+__all__ = [
+    "BFCL_PLUGIN",
+    "DomainBackend",
+    "RecordingBackend",
+    "backend_factory",
+    "check_ground_truth_state",
+    "make_backend",
+    "serves",
+]
 
 # Imported BFCL timelines are named "bfcl"; their backends load from the bfcl-eval wheel.
 BFCL_DOMAIN = "bfcl"
@@ -29,6 +38,36 @@ def _bfcl_backend(timeline: Timeline) -> ToolBackend:
 
 BFCL_PLUGIN = DomainPlugin(BFCL_DOMAIN, _bfcl_backend, prefix=True)
 """The BFCL importer's plugin (entry point ``bfcl``): import-only, serving ``bfcl`` and ``bfcl-...`` timelines."""
+
+
+class RecordingBackend:
+    """A backend that records every call reaching it: an importer's ground truth, the calls as they ran.
+
+    Args:
+        backend: The backend that serves the calls.
+    """
+
+    def __init__(self, backend: ToolBackend) -> None:
+        self.backend = backend
+        self.sequential = backend.sequential
+        self.calls: list[GroundTruthCall] = []
+
+    def execute(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Records the call, then serves it.
+
+        Args:
+            name: The tool.
+            arguments: Its resolved arguments.
+
+        Returns:
+            What the backend returns (its errors propagate, after the call is recorded).
+        """
+        self.calls.append(GroundTruthCall(name, copy.deepcopy(arguments)))
+        return self.backend.execute(name, arguments)
+
+    def state(self) -> dict[str, Any]:
+        """The wrapped backend's state."""
+        return self.backend.state()
 
 
 def backend_factory(timeline: Timeline) -> BackendFactory | None:

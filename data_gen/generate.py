@@ -52,7 +52,9 @@ class PlayedTask:
     context_only: list[str]
 
 
-def play_task(header: Timeline, task: Task, backend: ToolBackend, config: GeneratorConfig) -> PlayedTask:
+def play_task(
+    header: Timeline, task: Task, backend: ToolBackend, config: GeneratorConfig, program_order: bool = False
+) -> PlayedTask:
     """Plays a task out with the expert of the config's ``teacher`` strategy in a session on the virtual clock.
 
     A share ``config.perturb.dialogues`` of dialogues (drawn from the header's seed) is played by the expert under a
@@ -64,6 +66,7 @@ def play_task(header: Timeline, task: Task, backend: ToolBackend, config: Genera
         task: The task: the words the user speaks, the readings, the gold calls and the answer.
         backend: The session's backend, in the header's initial state.
         config: Generator config (speech, device, the expert's threshold and acknowledgement rate, the noise).
+        program_order: Whether the task's calls must run in the order listed (BFCL; ``ExpertPolicy``).
 
     Returns:
         The played task.
@@ -78,6 +81,7 @@ def play_task(header: Timeline, task: Task, backend: ToolBackend, config: Genera
         threshold=config.planner.threshold,
         ack_rate=config.planner.ack_rate,
         seed=header.seed,
+        program_order=program_order,
     )
     policy: ExpertPolicy | PerturbedExpert = expert
     perturb = config.perturb

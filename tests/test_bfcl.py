@@ -344,6 +344,9 @@ def test_miss_param_turn_asks_without_calling(imported):
 
 @needs_bfcl
 def test_calls_of_a_turn_keep_bfcl_order(imported):
+    # The expert issues a turn's calls in BFCL's order, and the backend's sequential executor runs them so: the
+    # calls reached the backend (the ground truth) in the order they were issued, and around a state-changing call
+    # no result overtakes an earlier call's.
     for path in imported.values():
         for timeline in read_timelines(path):
             records = list(call_records(timeline).values())
@@ -351,7 +354,26 @@ def test_calls_of_a_turn_keep_bfcl_order(imported):
             for index, record in enumerate(records):
                 for earlier in records[:index]:
                     if earlier.side_effect or record.side_effect:
-                        assert earlier.results and earlier.results[0][0] <= record.issued_t, (timeline.id, index)
+                        assert earlier.results and record.results, (timeline.id, index)
+                        assert earlier.results[0][0] <= record.results[0][0], (timeline.id, index)
+
+
+@needs_bfcl
+def test_before_the_end_of_speech_only_a_turns_leading_reads_are_issued(imported):
+    checked = 0
+    for path in imported.values():
+        for timeline in read_timelines(path):
+            finals = [e.t for e in timeline.events if e.kind == "user_chunk" and e.final]
+            answers = [e.t for e in timeline.events if e.kind == "say" and e.final]
+            records = list(call_records(timeline).values())
+            for turn, end in enumerate(finals):
+                start = answers[turn - 1] if turn else -1.0  # a turn's calls come after the previous answer
+                of_turn = [r for r in records if start < r.issued_t <= answers[turn]]
+                early = [r for r in of_turn if r.issued_t < end]
+                assert not any(r.side_effect for r in early), (timeline.id, turn)
+                assert of_turn[: len(early)] == early, (timeline.id, turn)  # the leading ones
+                checked += len(early)
+    assert checked > 0  # some calls do go out while the user speaks
 
 
 @needs_bfcl

@@ -85,6 +85,12 @@ class ExpertPolicy:
         ack_rate: Probability that ``speculative`` acknowledges a finished utterance whose results are pending.
         seed: The dialogue's seed (acknowledgements are drawn from its agent stream).
         name: What its results and logs are called; defaults to the strategy.
+        program_order: For tasks whose calls act on the state the earlier ones leave (BFCL: ``cd``, then ``ls``),
+            run on a ``sequential`` backend that keeps the order calls are issued in: ``speculative`` then issues
+            only a turn's leading read-only calls before the user has finished, each once the reading holds it as
+            the gold reading does (they act on the state the earlier turns left); everything from the first
+            state-changing call on waits for the final chunk, and is issued in gold order. The other strategies
+            issue in gold order anyway.
 
     Attributes:
         gold_call_ids: The session calls that stood for each answered turn's gold calls when the turn was answered,
@@ -103,6 +109,7 @@ class ExpertPolicy:
         ack_rate: float = 0.0,
         seed: int = 0,
         name: str | None = None,
+        program_order: bool = False,
     ) -> None:
         if strategy not in EXPERT_STRATEGIES:
             raise ValueError(f"unknown expert strategy {strategy!r}; choose from {EXPERT_STRATEGIES}")
@@ -111,6 +118,7 @@ class ExpertPolicy:
         self.task = task
         self.threshold = threshold
         self.ack_rate = ack_rate
+        self.program_order = program_order
         self.view = SessionView([turn.words for turn in task.turns], tools)
         self._settle = [settle_points(turn, threshold) for turn in task.turns]
         # Keys any reading of a turn uses (the gold one included): an answered turn's binding of such a key never
@@ -215,8 +223,11 @@ class ExpertPolicy:
     def _speculative(self, turn: Turn) -> Action:
         reading = self._reading(turn)
         if reading is not None:
+            due = reading.calls
+            if self.program_order and not self.view.final:
+                due = self._leading_reads(turn, reading)
             # Useful work first, clean-up second: a new or changed call is worth more than an early cancel.
-            action = self._reconcile_all(reading.calls, resolved=False)
+            action = self._reconcile_all(due, resolved=False)
             if action is not None:
                 return action
             action = self._clean_up({planned.key for planned in reading.calls})
@@ -225,6 +236,17 @@ class ExpertPolicy:
         if not self.view.final:
             return _WAIT
         return self._finish(turn, blocked_ok=False)
+
+    def _leading_reads(self, turn: Turn, reading: Reading) -> list[PlannedCall]:
+        # Before the end of speech, in program order, only the turn's leading read-only calls may run: nothing of the
+        # turn runs before them, so they see the state the earlier turns left, which is final.
+        held = {planned.key: planned for planned in reading.calls}
+        leading = []
+        for planned in turn.gold.calls:
+            if self.view.side_effect[planned.name] or held.get(planned.key) != planned:
+                break
+            leading.append(planned)
+        return leading
 
     def _oracle(self, turn: Turn) -> Action:
         settle = self._settle[self.view.turn]

@@ -15,7 +15,8 @@ ground-truth calls are the gold reading the teacher plays out on the virtual clo
   none of whose values is spoken waits for the end of the turn. The ``speculative`` teacher runs consecutive
   read-only calls in parallel, but keeps BFCL's order within a turn, since each call acts on the state the earlier ones leave (``cd``
   then ``ls``): a call waits for the results of earlier state-changing calls, a state-changing call for all
-  earlier calls (the planner's ``program_order`` option). The ``sync`` teacher makes one call at a time anyway.
+  earlier calls (the expert's ``program_order`` option on the backend's ``sequential`` executor). The ``sync``
+  teacher makes one call at a time anyway.
 - ``multi_turn_miss_func``: every function of the involved classes is listed from the start, and the calls of
   the turn in which BFCL reveals the held-out function (a turn without user words) are folded into the turn
   before it, the request that needed the function.

@@ -4,7 +4,7 @@ BFCL has no readings of partial words. Each call is read at its earliest determi
 (``data_gen.determinable``: the first prefix of the turn's words that holds every argument value; a value said in
 an earlier turn of the entry is known from the start; a call with nothing to hear, or a value the words never hold,
 keeps the end of the turn), and the readings accumulate up to the gold one at the last word, which holds every call
-of the turn. The teacher still keeps BFCL's order (the planner's ``program_order``): before the end of speech it
+of the turn. The teacher still keeps BFCL's order (the expert's ``program_order``): before the end of speech it
 issues only the turn's leading read-only calls. The calls are the turn's ground truth; its answer summarises their
 results, as BFCL states no facts an answer must contain.
 """

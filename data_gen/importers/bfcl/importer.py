@@ -1,35 +1,37 @@
 """Playing BFCL entries out as timelines, and importing a whole category in the generator's dataset layout.
 
 Each turn's calls are read at their earliest determinable point (``entries.build_task`` with
-``data_gen.determinable``, the rule ``import-chat`` uses too), and the teacher keeps BFCL's program order
-(``Simulation(program_order=True)``): before the user has finished it issues only a turn's leading read-only calls
-whose arguments have been heard; state-changing calls, and everything after one, still wait for the final chunk
-and the commit.
+``data_gen.determinable``, the rule ``import-chat`` uses too), and the expert of the config's teacher plays the entry
+in the runtime (``generate.play_task``) keeping BFCL's program order (``ExpertPolicy(program_order=True)`` on the
+backend's ``sequential`` executor): before the user has finished it issues only a turn's leading read-only calls
+whose arguments have been heard; state-changing calls, and everything after one, wait for the final chunk and the
+commit.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from clocktune.atomic import atomic_write_lines
 from clocktune.settings_stamp import stamp_settings
-from clocktune.timeline.events import GroundTruth, GroundTruthCall, Timeline
+from clocktune.timeline.events import GroundTruth, Timeline
 from clocktune.timeline.io import timeline_to_json
 from clocktune.timeline.validate import validate_timeline
+from data_gen.backends import RecordingBackend
 from data_gen.config import GeneratorConfig, config_to_dict
 from data_gen.dialogues import dialogue_seed
-from data_gen.domains.base import Domain, ToolError
+from data_gen.domains.base import ToolError
+from data_gen.generate import GenerationError, play_task
 from data_gen.importers.bfcl.backend import BfclBackend, BfclCallError
 from data_gen.importers.bfcl.entries import build_task, load_entries, plan_turns
 from data_gen.importers.bfcl.errors import BfclError
 from data_gen.importers.bfcl.schemas import parameter_names, tool_schemas
 from data_gen.importers.bfcl.wheel import find_bfcl_root, installed_version
-from data_gen.planner import PlannerError, Simulation
 from data_gen.stats import DatasetStats
 from data_gen.writer import MANIFEST
 
@@ -71,19 +73,31 @@ def entry_timeline(
     long_context = "long_context" in category
     tools = tool_schemas(classes, config, bfcl_dir)
     task = build_task(category, plan_turns(entry, ground_truth, parameter_names(classes, bfcl_dir)))
-    backend = BfclBackend(classes, entry["initial_config"], long_context, bfcl_dir)
     # The ground truth is what reached the backend, in order: with injected failures (tools.failure_rate) a
     # timed-out call never runs, and the later turns act on the state without it.
-    calls: list[GroundTruthCall] = []
-
-    def execute(state: dict, name: str, arguments: dict) -> Any:
-        calls.append(GroundTruthCall(name, copy.deepcopy(arguments)))
-        return backend.execute(name, arguments)
-
-    # The backend carries the state, so the state dict the planner copies stays empty.
-    domain = Domain(DOMAIN, tools, lambda rng: {}, execute, [])
-    # BFCL's calls act on the state the earlier ones leave (cd, then ls): the teacher keeps their order.
-    events = Simulation(domain, tools, task, {}, config, seed, config.teacher, program_order=True).run()
+    backend = RecordingBackend(BfclBackend(classes, entry["initial_config"], long_context, bfcl_dir))
+    initial_state = {
+        "involved_classes": classes,
+        "initial_config": entry["initial_config"],
+        "long_context": long_context,
+    }
+    header = Timeline(
+        id=entry_id,
+        domain=DOMAIN,
+        task=category,
+        seed=seed,
+        teacher=config.teacher,
+        tools=tools,
+        initial_state=initial_state,
+        ground_truth=GroundTruth(),
+        events=[],
+    )
+    # BFCL's calls act on the state the earlier ones leave (cd, then ls): the expert keeps their order.
+    try:
+        played = play_task(header, task, backend, config, program_order=True)
+    except GenerationError as error:
+        raise BfclError(f"entry {entry_id}: {error}") from None
+    calls = backend.calls
     replay = BfclBackend(classes, entry["initial_config"], long_context, bfcl_dir)
     for index, call in enumerate(calls):
         try:
@@ -95,21 +109,8 @@ def entry_timeline(
     final_state = replay.state()
     if final_state != backend.state():
         raise BfclError(f"entry {entry_id}: the played-out dialogue ends in another state than its ground truth")
-    return Timeline(
-        id=entry_id,
-        domain=DOMAIN,
-        task=category,
-        seed=seed,
-        teacher=config.teacher,
-        tools=tools,
-        initial_state={
-            "involved_classes": classes,
-            "initial_config": entry["initial_config"],
-            "long_context": long_context,
-        },
-        ground_truth=GroundTruth(calls=calls, final_state=final_state, facts=[]),
-        events=events,
-    )
+    ground_truth = GroundTruth(calls=calls, final_state=final_state, facts=[])
+    return replace(played.log.timeline, ground_truth=ground_truth)
 
 
 def import_bfcl(
@@ -146,6 +147,9 @@ def import_bfcl(
     """
     started = time.perf_counter()
     config = config or GeneratorConfig()
+    if config.perturb.dialogues > 0:
+        # The ground truth of an entry is every call its backend ran, which would then include the wrong ones.
+        raise BfclError("perturb.dialogues must be 0 for import-bfcl: its ground truth is every call the dialogue ran")
     if limit is not None and limit < 1:
         raise BfclError(f"limit must be ≥ 1, got {limit}")
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
@@ -174,7 +178,7 @@ def import_bfcl(
     for index, (entry, ground_truth) in enumerate(pairs):
         try:
             timeline = entry_timeline(entry, ground_truth, category, dialogue_seed(seed, index), config, root)
-        except (BfclError, PlannerError) as error:
+        except BfclError as error:
             skipped[entry["id"]] = str(error)
             continue
         issues = validate_timeline(timeline)

@@ -25,10 +25,11 @@ from typing import Any
 
 from clocktune.atomic import atomic_write_lines
 from clocktune.settings_stamp import stamp_settings
-from clocktune.timeline.events import GroundTruth, GroundTruthCall, Timeline
+from clocktune.timeline.events import GroundTruth, Timeline
 from clocktune.timeline.io import Issue, timeline_to_json
 from clocktune.timeline.validate import validate_timeline
 from clocktune.tools import ToolError
+from data_gen.backends import RecordingBackend
 from data_gen.config import GeneratorConfig, config_to_dict
 from data_gen.dialogues import dialogue_seed
 from data_gen.generate import GenerationError, play_task
@@ -59,25 +60,6 @@ class ChatImportError(ValueError):
         super().__init__(f"{len(issues)} issue(s) on {len(lines)} row(s); nothing was imported")
 
 
-class _RecordingBackend:
-    """The conversation's backend, recording every call that reaches it (the timeline's ground truth)."""
-
-    sequential = False
-
-    def __init__(self, backend: RecordedBackend) -> None:
-        self.backend = backend
-        self.calls: list[GroundTruthCall] = []
-
-    def execute(self, name: str, arguments: dict[str, Any]) -> Any:
-        """Records the call, then serves it."""
-        self.calls.append(GroundTruthCall(name, json.loads(json.dumps(arguments))))
-        return self.backend.execute(name, arguments)
-
-    def state(self) -> dict[str, Any]:
-        """The state the state-changing calls served so far leave."""
-        return self.backend.state()
-
-
 def conversation_timeline(conversation: Conversation, kind: str, seed: int, config: GeneratorConfig) -> Timeline:
     """Plays one conversation out with the expert of the config's teacher, in the runtime (``generate.play_task``).
 
@@ -96,7 +78,7 @@ def conversation_timeline(conversation: Conversation, kind: str, seed: int, conf
     """
     recorded = responses(conversation)
     side_effects = {tool.name: tool.side_effect for tool in conversation.tools}
-    backend = _RecordingBackend(RecordedBackend(recorded, side_effects))
+    backend = RecordingBackend(RecordedBackend(recorded, side_effects))
     header = Timeline(
         id=conversation.id,
         domain=DOMAIN,

@@ -8,7 +8,7 @@ looked for, in this order,
 2. in the result of an earlier call (an earlier turn's, or an earlier round of this turn's: calls of one assistant
    message ran in parallel and could not see each other's results), the latest first: it becomes
    ``{"$ref": "<key>.<path>"}`` into that result, the path found by searching the result for a leaf equal to the
-   value (same JSON type; the whole result when it is the value). The planner resolves it when the result is in,
+   value (same JSON type; the whole result when it is the value). The expert resolves it when the result is in,
    so conversation logs and ground truth carry the resolved value;
 
 and a value found nowhere (the assistant paraphrased or knew it) places the call at the end of the turn. Readings
