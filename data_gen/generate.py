@@ -9,7 +9,6 @@ replayed by its expert in the runtime it comes back with the same events at the 
 
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass, replace
 
@@ -17,7 +16,7 @@ from clocktune.runtime.executor import CallState
 from clocktune.runtime.session import Session, SessionConfig, SessionLog
 from clocktune.runtime.speech import SpokenWords
 from clocktune.runtime.virtual_clock import run_virtual
-from clocktune.timeline.events import GroundTruth, GroundTruthCall, Timeline
+from clocktune.timeline.events import GroundTruth, GroundTruthCall, Timeline, copy_json
 from clocktune.tools import ToolBackend
 from data_gen.config import GeneratorConfig
 from data_gen.dialogues import dialogue_seed, dialogue_task
@@ -132,7 +131,7 @@ def generate_dialogue(index: int, seed: int, config: GeneratorConfig, domains: l
         ground_truth=GroundTruth(),
         events=[],
     )
-    backend = DomainBackend(drawn.domain, copy.deepcopy(drawn.initial_state))  # the timeline keeps the initial one
+    backend = DomainBackend(drawn.domain, copy_json(drawn.initial_state))  # the timeline keeps the initial one
     played = play_task(header, drawn.task, backend, config)
     # The gold calls as they reached the backend (a call whose input failed never did), in gold order per turn.
     calls = []

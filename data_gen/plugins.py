@@ -21,7 +21,6 @@ reported, naming the entry point, when that domain is asked for.
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from clocktune.timeline.events import Timeline
+from clocktune.timeline.events import Timeline, copy_json
 from clocktune.tools import BrokenCallError, ToolBackend
 from data_gen.domains.base import Domain
 
@@ -109,9 +108,7 @@ def domain_plugin(domain: Domain) -> DomainPlugin:
     Returns:
         The plugin, named as the domain.
     """
-    return DomainPlugin(
-        domain.name, lambda timeline: DomainBackend(domain, copy.deepcopy(timeline.initial_state)), domain
-    )
+    return DomainPlugin(domain.name, lambda timeline: DomainBackend(domain, copy_json(timeline.initial_state)), domain)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ on the CPU) takes no virtual time; the session charges compute to the clock expl
 from __future__ import annotations
 
 import asyncio
+import heapq
 import selectors
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -80,6 +81,29 @@ class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):
         otherwise round up or down with the magnitude of the time it is added to, so with the other sessions on
         the loop."""
         return self.call_at(self._now + round(delay, GRID_DIGITS), callback, *args, context=context)
+
+    def _run_once(self) -> None:
+        # asyncio's iteration polls the selector every time (an epoll call, a tenth of generation's time); on virtual
+        # time nothing that runs now waits on I/O while a callback or a timer is due, so this one polls only when
+        # nothing else can run. The order is asyncio's: the callbacks ready at the start of the iteration and the
+        # timers due at its (possibly advanced) time, in heap order, each run once.
+        scheduled = self._scheduled
+        while scheduled and scheduled[0]._cancelled:
+            self._timer_cancelled_count -= 1
+            heapq.heappop(scheduled)._scheduled = False
+        if not self._ready and not self._stopping:
+            if not scheduled:
+                super()._run_once()  # only real I/O (a thread, a socket) can wake the loop: block on it
+                return
+            self._now = scheduled[0]._when  # the jump to the next timer, which call_at put on the grid
+        while scheduled and scheduled[0]._when <= self._now:
+            handle = heapq.heappop(scheduled)
+            handle._scheduled = False
+            self._ready.append(handle)
+        for _ in range(len(self._ready)):
+            handle = self._ready.popleft()
+            if not handle._cancelled:
+                handle._run()
 
     def advance(self, seconds: float) -> None:
         """Moves the clock forward (the loop calls this when it would otherwise sleep), onto the grid: a jump to

@@ -67,6 +67,25 @@ JsonObject = Annotated[
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+def copy_json(value: Any) -> Any:
+    """A copy of a JSON value (a timeline's initial state, a backend's state) that shares nothing mutable with it.
+
+    Dicts and lists are copied, leaves are shared (strings, numbers, booleans and ``None`` are immutable): a fifth
+    of the time ``copy.deepcopy`` takes, which the generator pays once per dialogue.
+
+    Args:
+        value: A value made of dicts, lists and JSON leaves.
+
+    Returns:
+        The copy.
+    """
+    if type(value) is dict:
+        return {key: copy_json(item) for key, item in value.items()}
+    if type(value) is list:
+        return [copy_json(item) for item in value]
+    return value
+
+
 @dataclass(slots=True)
 class LatencyModel:
     """Latency and failure model of one tool: lognormal body with a heavy tail (docs/design.md §2).
