@@ -105,3 +105,39 @@ def test_a_delay_halfway_between_two_milliseconds_lands_on_the_same_step_at_any_
     for delay in delays:
         waited = {run_virtual(wait_from(start, delay)) for start in (0.0, 0.001, 3.7, 1234.567, 98765.432)}
         assert len(waited) == 1 and round(waited.pop() * 1000, 6).is_integer(), delay
+
+
+def test_every_virtual_run_starts_at_time_zero_with_no_timer_left_from_the_run_before():
+    fired = []
+
+    async def leave_work_behind() -> float:
+        loop = asyncio.get_running_loop()
+        loop.call_later(5.0, fired.append, "timer")
+        asyncio.ensure_future(asyncio.sleep(30.0))  # a task still pending when the run ends
+        await asyncio.sleep(1.5)
+        return loop.time()
+
+    async def look() -> tuple[float, int]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.sleep(10.0)  # long past the first run's timer
+        return start, len(asyncio.all_tasks(loop))
+
+    assert run_virtual(leave_work_behind()) == 1.5
+    assert run_virtual(look()) == (0.0, 1)  # only this run's own task
+    assert fired == []
+
+
+def test_a_virtual_run_that_raises_leaves_the_next_one_a_clean_loop():
+    async def fail() -> None:
+        asyncio.get_running_loop().call_later(1.0, pytest.fail, "a timer of the failed run fired")
+        await asyncio.sleep(0.5)
+        raise RuntimeError("boom")
+
+    async def sleep_past() -> float:
+        await asyncio.sleep(2.0)
+        return asyncio.get_running_loop().time()
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_virtual(fail())
+    assert run_virtual(sleep_past()) == 2.0
