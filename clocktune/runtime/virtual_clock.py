@@ -154,5 +154,6 @@ def run_virtual(main: Coroutine[Any, Any, T]) -> T:
             task.cancel()
         if pending:
             loop.run_until_complete(_drain(pending))
-        loop.run_until_complete(loop.shutdown_asyncgens())
+        if loop._asyncgens:  # sessions use none: a second run per dialogue for nothing otherwise
+            loop.run_until_complete(loop.shutdown_asyncgens())
         loop.reset()
