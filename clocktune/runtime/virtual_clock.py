@@ -85,9 +85,9 @@ class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):
         return self.call_at(self._now + round(delay, GRID_DIGITS), callback, *args, context=context)
 
     def _run_once(self) -> None:
-        # asyncio's iteration polls the selector every time (an epoll call, a tenth of generation's time); on virtual
-        # time nothing that runs now waits on I/O while a callback or a timer is due, so this one polls only when
-        # nothing else can run. The order is asyncio's: the callbacks ready at the start of the iteration and the
+        # asyncio's iteration polls the selector every time (an epoll call: a twentieth of generation's time); on
+        # virtual time nothing that runs now waits on I/O while a callback or a timer is due, so this one polls only
+        # when nothing else can run. The order is asyncio's: the callbacks ready at the start of the iteration and the
         # timers due at its (possibly advanced) time, in heap order, each run once.
         scheduled = self._scheduled
         while scheduled and scheduled[0]._cancelled:
@@ -127,9 +127,9 @@ async def _drain(tasks: set[asyncio.Task]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-# One loop per thread, reused: creating a selector loop (its selector and self-pipe) cost a tenth of a generated
-# dialogue, and the generator runs one coroutine per dialogue. Between runs the loop is put back to time 0 with no
-# timers, so a run cannot tell it from a fresh loop.
+# One loop per thread, reused: creating a selector loop (its selector and self-pipe) cost a twentieth of a
+# generated dialogue (cProfile), and the generator runs one coroutine per dialogue. Between runs the loop is put back
+# to time 0 with no timers, so a run cannot tell it from a fresh loop.
 _LOOPS = threading.local()
 
 
