@@ -359,7 +359,7 @@ def test_calls_of_a_turn_keep_bfcl_order(imported):
 
 
 @needs_bfcl
-def test_before_the_end_of_speech_only_a_turns_leading_reads_are_issued(imported):
+def test_before_the_end_of_speech_only_reads_are_issued(imported):
     checked = 0
     for path in imported.values():
         for timeline in read_timelines(path):
@@ -371,7 +371,6 @@ def test_before_the_end_of_speech_only_a_turns_leading_reads_are_issued(imported
                 of_turn = [r for r in records if start < r.issued_t <= answers[turn]]
                 early = [r for r in of_turn if r.issued_t < end]
                 assert not any(r.side_effect for r in early), (timeline.id, turn)
-                assert of_turn[: len(early)] == early, (timeline.id, turn)  # the leading ones
                 checked += len(early)
     assert checked > 0  # some calls do go out while the user speaks
 

@@ -146,9 +146,9 @@ def _classify(log, fuzzer: PerturbedExpert) -> str | None:
       ``expert_released_wrong_write`` and fails the test.
     """
     timeline = log.timeline
-    own = set(fuzzer.own)
+    own = set(fuzzer.own_event_ids)
     answers = [e for e in timeline.events if e.kind == "say" and e.final]
-    if answers and (answers[-1].t, "say", None, answers[-1].text) in own and log.answered:
+    if answers and answers[-1].id in own and log.answered:
         return "ended_by_fuzzer"
     wanted = Counter(_call_key(c.name, c.arguments) for c in timeline.ground_truth.calls)
     records = call_records(timeline)
@@ -166,7 +166,7 @@ def _classify(log, fuzzer: PerturbedExpert) -> str | None:
             continue
         commit = _releasing_commit(timeline, record.call_id)
         event = timeline.events[commit] if commit is not None else None
-        if event is None or (event.t, "commit", None, None) not in own:
+        if event is None or event.id not in own:
             return "expert_released_wrong_write"
         if log.final_state != timeline.ground_truth.final_state:
             return "irreversible_write"

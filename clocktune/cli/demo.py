@@ -236,6 +236,25 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _recipe(args: argparse.Namespace, data_dir: Path, output_dir: Path, extra: list[str] | None = None) -> tuple:
+    """The demo's recipe (``--recipe``) on a generated folder, for the demo's steps and dialogues.
+
+    Args:
+        args: The demo's command line.
+        data_dir: The generated folder (its ``data`` shards are the training data).
+        output_dir: Where the checkpoint goes.
+        extra: More recipe overrides (live evaluation).
+
+    Returns:
+        ``(data_args, training_args, model_args)``, as ``clocktune.train.sft.main`` takes them.
+    """
+    from clocktune.train.sft import make_parser as recipe_parser
+
+    overrides = ["--train_data", str(data_dir / "data"), "--output_dir", str(output_dir)]
+    overrides += ["--max_steps", str(args.max_steps), "--max_timelines", str(args.train_dialogues), *(extra or [])]
+    return recipe_parser().parse_args_and_config(["--config", args.recipe, *overrides])
+
+
 def _final_lines(summary: dict, args: argparse.Namespace, note: str | None, summary_path: Path) -> list[str]:
     """The lines the demo ends with: live accuracy first, then the diagnostics and how training went.
 
@@ -311,7 +330,6 @@ def main(argv: list[str] | None = None) -> dict:
     from clocktune.train.next_action import evaluate_next_action
     from clocktune.train.sft import load_model_and_tokenizer
     from clocktune.train.sft import main as train
-    from clocktune.train.sft import make_parser as recipe_parser
     from data_gen.backends import make_backend
     from data_gen.config import held_out_config, load_config
     from data_gen.writer import GenerationJob, run_generation
@@ -329,12 +347,11 @@ def main(argv: list[str] | None = None) -> dict:
     print(format_timeline(example))
     draw_gantt(example, out / "timeline.png")
 
-    overrides = ["--train_data", str(train_dir / "data"), "--output_dir", str(out / "checkpoint")]
-    overrides += ["--max_steps", str(args.max_steps), "--max_timelines", str(args.train_dialogues)]
+    live_eval = []
     if args.live_eval_steps > 0:
-        overrides += ["--live_eval_steps", str(args.live_eval_steps), "--live_eval_data", str(eval_dir / "data")]
-        overrides += ["--live_eval_sessions", str(args.live_eval_sessions), "--live_eval_profile", PROFILE]
-    data_args, training_args, model_args = recipe_parser().parse_args_and_config(["--config", args.recipe, *overrides])
+        live_eval += ["--live_eval_steps", str(args.live_eval_steps), "--live_eval_data", str(eval_dir / "data")]
+        live_eval += ["--live_eval_sessions", str(args.live_eval_sessions), "--live_eval_profile", PROFILE]
+    data_args, training_args, model_args = _recipe(args, train_dir, out / "checkpoint", live_eval)
 
     model, tokenizer, model_format, _ = load_model_and_tokenizer(training_args, model_args)
     before = evaluate_next_action(model, tokenizer, held_out, model_format).summary()
@@ -411,11 +428,8 @@ def main(argv: list[str] | None = None) -> dict:
         sync_dir = out / "data" / "train-sync"
         sync_job = GenerationJob(replace(config, teacher="sync"), args.train_dialogues, 0, sync_dir)
         run_generation(sync_job, num_proc=args.num_proc)
-        sync_overrides = ["--train_data", str(sync_dir / "data"), "--output_dir", str(out / "checkpoint-sync")]
-        sync_overrides += ["--max_steps", str(args.max_steps), "--max_timelines", str(args.train_dialogues)]
-        sync_recipe = recipe_parser().parse_args_and_config(["--config", args.recipe, *sync_overrides])
         start = time.monotonic()
-        sync_trainer = train(*sync_recipe, callbacks=[], backends=make_backend)
+        sync_trainer = train(*_recipe(args, sync_dir, out / "checkpoint-sync"), callbacks=[], backends=make_backend)
         sync_seconds = round(time.monotonic() - start, 1)
         timelines = held_out[: args.runtime_dialogues]
         sync_eval = _runtime_eval(sync_trainer.model, tokenizer, timelines, out / "eval-sync", SYNC_MODEL, False)

@@ -16,6 +16,7 @@ commit), after which a task may no longer be completable.
 from __future__ import annotations
 
 import random
+from functools import cached_property
 from typing import Any
 
 from clocktune.actions import Action
@@ -61,7 +62,6 @@ class PerturbedExpert:
 
     Attributes:
         applied: The kinds of the perturbations the session was handed (accepted or refused), in order.
-        own: ``(t, kind, call_id, text)`` of each wrong action.
         own_event_ids: Ids of the logged agent events that were wrong actions (refused ones are not logged).
         expert_notices: Notices that followed one of the expert's own decisions (an expert acting invalidly or
             waiting for nothing would raise them).
@@ -88,14 +88,18 @@ class PerturbedExpert:
         self.budget = budget
         self.rate = rate
         self.tools = {tool.name: tool for tool in timeline.tools}
-        self.strings = sorted(_state_strings(timeline.initial_state, set()))
+        self._initial_state = timeline.initial_state
         self.applied: list[str] = []
-        self.own: list[tuple] = []
         self.own_event_ids: list[str] = []
         self.expert_notices = 0
         self._last_was_expert = False
-        self._pending: Action | None = None  # the wrong action handed over, until the session logs it
+        self._awaiting_log = False  # a wrong action was handed over and is not logged (or refused) yet
         self._ids = 0
+
+    @cached_property
+    def strings(self) -> list[str]:
+        """The strings of the initial state (ids that exist: plausible wrong values), found when first needed."""
+        return sorted(_state_strings(self._initial_state, set()))
 
     def close(self) -> None:
         """Closes the expert."""
@@ -113,10 +117,10 @@ class PerturbedExpert:
         for event in events:
             if event.kind == "notice" and self._last_was_expert:
                 self.expert_notices += 1
-            if self._pending is not None and event.kind in AGENT_KINDS:
+            if self._awaiting_log and event.kind in AGENT_KINDS:
                 self.own_event_ids.append(event.id)
             if event.kind in AGENT_KINDS or event.kind == "notice":
-                self._pending = None  # logged, or refused (a notice)
+                self._awaiting_log = False  # logged, or refused (a notice)
         return self.expert.observe(events)
 
     def act(self, t: float) -> Decision:
@@ -136,8 +140,7 @@ class PerturbedExpert:
         if replacement is None:
             return decision
         self.applied.append(kind)
-        self.own.append((t, replacement.kind, replacement.call_id, replacement.text))
-        self._pending = replacement
+        self._awaiting_log = True
         return Decision(replacement, decision.tokens)
 
     def _new_id(self) -> str:
