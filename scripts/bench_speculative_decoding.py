@@ -190,7 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drafters", nargs="+", default=[*CANDIDATES], help="drafters (layer_skip:N for N layers)")
     parser.add_argument("--identity", action="store_true", help="only check greedy identity of every drafter")
     parser.add_argument("--grammar", choices=["both", "on", "off"], default="both", help="identity: with the grammar?")
-    parser.add_argument("--constrained", action="store_true", help="benchmark: decode under the action grammar")
+    parser.add_argument(
+        "--constrained",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="benchmark: decode under the action grammar, as the model policy does by default",
+    )
     parser.add_argument("--latency-limit", type=int, default=10, help="wall-clock sessions for the latency p50")
     parser.add_argument("--no-latency", action="store_true", help="skip the wall-clock latency part")
     parser.add_argument("--profile", default="phone-135m", help="device profile charged for prefill on the wall clock")

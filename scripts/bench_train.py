@@ -7,7 +7,12 @@ float mask for sdpa, built per batch) and with ``mask_policy: causal`` (no mask,
 baseline, both with ``cache_prompt: false``; then streaming with ``cache_prompt: true``. Prints tokens/s of each and
 the ratios.
 
+With ``--shared-rows N``, instead: batches of N rows of one timeline each, all of one domain (the demo's, so every
+row starts with the same system prompt), with ``share_prompt`` off and on (the prompt once per batch, gradients
+unchanged), and with ``cache_prompt`` added (once, without gradients). Prints tokens/s and timelines/s of each.
+
     python scripts/bench_train.py [--batches 6] [--batch-size 2]
+    python scripts/bench_train.py --shared-rows 4 [--batches 2]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--shared-rows", type=int, default=0, help="time share_prompt on batches of this many rows")
     args = parser.parse_args()
     torch.manual_seed(0)
 
@@ -43,9 +49,11 @@ def main() -> None:
     peft_config.trainable_token_indices = {"embed_tokens": new_ids}
 
     # Timelines with a hidden token each, so the streaming variant really builds and applies a mask.
+    rows_per_batch = args.shared_rows or args.batch_size
+    config = GeneratorConfig(domains=["smart_home"]) if args.shared_rows else GeneratorConfig()
     timelines, index = [], 0
-    while len(timelines) < args.batches * args.batch_size:
-        timeline = generate_dialogue(index, 0, GeneratorConfig())
+    while len(timelines) < args.batches * rows_per_batch:
+        timeline = generate_dialogue(index, 0, config)
         index += 1
         if any(event.revises for event in timeline.events):
             timelines.append(timeline)
@@ -53,21 +61,25 @@ def main() -> None:
     trainer = ClockSFTTrainer(
         model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
     )
-    collator = StreamingCollator(training_args.max_length, tokenizer.pad_token_id)
+    collator = StreamingCollator(training_args.max_length, tokenizer.pad_token_id, pack=not args.shared_rows)
     rows = [dataset[i] for i in range(len(dataset))]
-    batches = [collator(rows[i : i + args.batch_size]) for i in range(0, len(rows), args.batch_size)]
+    batches = [collator(rows[i : i + rows_per_batch]) for i in range(0, len(rows), rows_per_batch)]
     tokens = sum(int(torch.isfinite(batch["time"]).sum()) for batch in batches)
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which this bench bypasses
 
-    def timed(policy: str, cache_prompt: bool = False) -> float:
+    def timed(policy: str, cache_prompt: bool = False, share_prompt: bool = False) -> float:
         trainer.args.mask_policy = policy
         trainer.args.cache_prompt = cache_prompt
+        trainer.args.share_prompt = share_prompt
         trainer.training_step(trainer.model, {key: value.clone() for key, value in batches[0].items()})  # warm-up
         start = time.perf_counter()
         for batch in batches:
             trainer.training_step(trainer.model, {key: value.clone() for key, value in batch.items()})
         return tokens / (time.perf_counter() - start)
 
+    if args.shared_rows:
+        _shared_prompt_table(timed, len(batches), rows_per_batch, tokens)
+        return
     causal = timed("causal")
     streaming = timed("streaming")
     causal_again = timed("causal")  # bracket the streaming run so drift in machine load shows
@@ -84,6 +96,28 @@ def main() -> None:
     print(f"| streaming mask, system prompt cached without gradients | {cached:.1f} |")
     print(f"time per token, streaming / block-causal: {baseline / streaming:.3f} (goal <= 1.10)")
     print(f"speedup of cache_prompt over the streaming step: {cached / streaming:.2f}x")
+
+
+def _shared_prompt_table(timed, batches: int, rows: int, tokens: int) -> None:
+    """Times the streaming step with the prompt in every row, shared, and shared without gradients; prints them."""
+    plain = timed("streaming")
+    shared = timed("streaming", share_prompt=True)
+    plain_again = timed("streaming")  # bracket the shared run so drift in machine load shows
+    cached = timed("streaming", cache_prompt=True, share_prompt=True)
+    baseline = (plain + plain_again) / 2
+    timelines_per_token = batches * rows / tokens
+    print(f"{batches} batches of {rows} rows (one timeline each, one domain), {tokens} tokens")
+    print("| variant | tokens/s | timelines/s |")
+    print("|---|---|---|")
+    for name, rate in (
+        ("prompt in every row, first run", plain),
+        ("prompt once per batch (share_prompt)", shared),
+        ("prompt in every row, second run", plain_again),
+        ("prompt once, without gradients (share_prompt + cache_prompt)", cached),
+    ):
+        print(f"| {name} | {rate:.1f} | {rate * timelines_per_token:.3f} |")
+    print(f"speedup of share_prompt over the prompt in every row: {shared / baseline:.2f}x")
+    print(f"speedup of share_prompt + cache_prompt: {cached / baseline:.2f}x")
 
 
 if __name__ == "__main__":

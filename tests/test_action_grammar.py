@@ -261,3 +261,21 @@ def test_untrained_model_writes_only_valid_actions_under_the_grammar(generated, 
     assert invalid == 0 and sum(actions.values()) > 0, actions
     unconstrained_invalid, _ = play(constrained=False)
     assert unconstrained_invalid > 0
+
+
+def test_a_model_plays_under_the_grammar_unless_told_not_to(generated, tiny_chatml_model, tmp_path):
+    from clocktune.cli.demo import make_parser as demo_parser
+    from clocktune.cli.main import build_parser
+    from clocktune.runtime.policy_factories import policy_factory
+    from clocktune.train.config import ClockSFTConfig
+
+    timeline = generated[0][0]
+    assert ModelPolicy(*tiny_chatml_model, timeline).grammar is not None
+    assert policy_factory("tiny", loaded=tiny_chatml_model)(timeline).grammar is not None
+    assert policy_factory("tiny", loaded=tiny_chatml_model, constrained=False)(timeline).grammar is None
+    out = str(tmp_path / "out")
+    for command in (["eval", "--data", "d", "--out", out], ["rollout", "--model", "m", "--data", "d", "--out", out]):
+        assert build_parser().parse_args(command).constrained is True
+        assert build_parser().parse_args([*command, "--no-constrained"]).constrained is False
+    assert demo_parser().parse_args([]).constrained is True
+    assert ClockSFTConfig(output_dir="unused", use_cpu=True).constrained_decoding is True

@@ -69,7 +69,9 @@ def test_demo_ends_with_the_runtime_table_and_shows_a_dialogue(tmp_path, capsys)
 
     out = tmp_path / "demo"
     argv = ["--out", str(out), "--train-dialogues", "4", "--eval-dialogues", "2", "--max-steps", "1"]
-    main([*argv, "--runtime-dialogues", "1", "--num-proc", "1", "--no-sync-model"])
+    # The plain argmax: a model of one step writes invalid actions and gives up in seconds, while under the grammar
+    # every action is valid and it calls tools until the turn's 60 s limit, minutes of decoding on a CPU.
+    main([*argv, "--runtime-dialogues", "1", "--num-proc", "1", "--no-sync-model", "--no-constrained"])
 
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
     table = next(i for i, line in enumerate(printed) if line.split()[:3] == ["policy", "accuracy", "p50"])
@@ -90,7 +92,7 @@ def test_demo_plays_the_sync_teacher_model_beside_the_speculative_one_and_checks
 
     out = tmp_path / "demo"
     argv = ["--out", str(out), "--train-dialogues", "4", "--eval-dialogues", "2", "--max-steps", "1"]
-    summary = main([*argv, "--runtime-dialogues", "2", "--num-proc", "1"])
+    summary = main([*argv, "--runtime-dialogues", "2", "--num-proc", "1", "--no-constrained"])  # as above
 
     sync = summary["sync_model"]
     assert sync["policy"] == SYNC_MODEL and sync["dialogues"] == 2 and sync["baseline"] == "sync"

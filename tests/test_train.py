@@ -284,11 +284,62 @@ def test_cache_prompt_keeps_the_loss_and_drops_only_the_prompts_gradient(tmp_pat
     assert all(cached_grad[i] > 0 for i in after)
 
 
-def test_cache_prompt_refuses_gradient_checkpointing(tmp_path):
+def test_share_prompt_runs_a_common_prompt_once_with_the_same_loss_and_gradients(tmp_path):
+    from clocktune.collate import StreamingCollator
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from clocktune.rendered_dataset import render_timelines
+    from clocktune.train.config import ClockSFTConfig
+    from clocktune.train.trainer import ClockSFTTrainer
+    from data_gen.generate import generate_dialogue
+
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
+    one_domain = [generate_dialogue(i, 0, GeneratorConfig(domains=["smart_home"])) for i in range(3)]
+    other = generate_dialogue(0, 0, GeneratorConfig(domains=["banking"]))
+    dataset = render_timelines([*one_domain, other], tokenizer, "chatml")
+    collate = StreamingCollator(8192, pad_token_id=0, pack=False)
+    shared_batch, mixed_batch = collate([dataset[i] for i in range(3)]), collate([dataset[i] for i in (0, 3)])
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, tie_word_embeddings=False, **TINY)
+    model = LlamaForCausalLM(config)
+    rows_run = []
+    model.get_input_embeddings().register_forward_hook(lambda module, args, output: rows_run.append(len(args[0])))
+
+    def loss_and_grads(batch, share_prompt: bool):
+        args = ClockSFTConfig(
+            output_dir=str(tmp_path), use_cpu=True, bf16=False, max_length=8192, report_to="none",
+            gradient_checkpointing=False, share_prompt=share_prompt,
+        )  # fmt: skip
+        trainer = ClockSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+        model.zero_grad()
+        rows_run.clear()
+        loss = trainer.compute_loss(model, {key: value.clone() for key, value in batch.items()})
+        loss.backward()
+        grads = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+        return loss.item(), grads, list(rows_run), trainer._metrics["train"]["shared_prompt"]
+
+    full_loss, full_grads, full_rows, _ = loss_and_grads(shared_batch, False)
+    loss, grads, rows, shared = loss_and_grads(shared_batch, True)
+    assert full_rows == [3] and rows == [1, 3] and shared == [1.0]  # the prompt once, then every row's rest
+    assert loss == pytest.approx(full_loss, rel=1e-5)
+    assert grads.keys() == full_grads.keys() and len(grads) > 10
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, full_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    # Rows of two domains start with other prompts: each runs its own, still with its gradient.
+    full_loss, full_grads, _, _ = loss_and_grads(mixed_batch, False)
+    loss, grads, rows, shared = loss_and_grads(mixed_batch, True)
+    assert rows == [2, 2] and shared == [0.0]
+    assert loss == pytest.approx(full_loss, rel=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, full_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_cached_or_shared_prompt_refuses_gradient_checkpointing(tmp_path):
     from clocktune.train.config import ClockSFTConfig
 
-    with pytest.raises(ValueError, match="gradient_checkpointing"):
-        ClockSFTConfig(output_dir=str(tmp_path), use_cpu=True, cache_prompt=True, gradient_checkpointing=True)
+    for option in ("cache_prompt", "share_prompt"):
+        with pytest.raises(ValueError, match="gradient_checkpointing"):
+            ClockSFTConfig(output_dir=str(tmp_path), use_cpu=True, gradient_checkpointing=True, **{option: True})
 
 
 def test_action_loss_weights_scale_each_action_types_share_of_the_loss(tmp_path, timelines):

@@ -153,7 +153,9 @@ def _print_table(rows: list[tuple[str, str, str]]) -> None:
     Console().print(table)
 
 
-def _runtime_eval(model, tokenizer, timelines: list, out: Path, name: str = "smollm2", bound: bool = True) -> dict:
+def _runtime_eval(
+    model, tokenizer, timelines: list, out: Path, constrained: bool, name: str = "smollm2", bound: bool = True
+) -> dict:
     """Runs a trained model as a live policy against the scripted sync baseline (and the oracle, for the bound).
 
     Args:
@@ -161,6 +163,7 @@ def _runtime_eval(model, tokenizer, timelines: list, out: Path, name: str = "smo
         tokenizer: Its extended tokenizer.
         timelines: Held-out timelines.
         out: Report folder.
+        constrained: Decode the model's actions under the grammar of valid actions.
         name: The model's name in the table and the report.
         bound: Whether to play the oracle too, for ``bound_speedup_p50``.
 
@@ -182,13 +185,15 @@ def _runtime_eval(model, tokenizer, timelines: list, out: Path, name: str = "smo
     print(f"runtime on {len(timelines)} held-out dialogues (virtual clock, {PROFILE} profile):")
     summary = compare_policies(
         timelines,
-        PolicySpec(name, policy_factory(name, loaded=(network, tokenizer)), f"model:demo:{name}"),
+        PolicySpec(
+            name, policy_factory(name, loaded=(network, tokenizer), constrained=constrained), f"model:demo:{name}"
+        ),
         policy_spec("sync"),
         make_backend,
         SessionConfig(device=PROFILES[PROFILE]),
         out,
         bound=bound_specs() if bound else None,
-        extra={"profile": PROFILE},
+        extra={"profile": PROFILE, "constrained": constrained},
         session_logs=True,
     )
     summary["runtime_seconds"] = round(time.monotonic() - started, 1)
@@ -216,6 +221,13 @@ def make_parser() -> argparse.ArgumentParser:
         " below the recipe's)",
     )
     parser.add_argument("--num-proc", type=int, default=2)
+    parser.add_argument(
+        "--constrained",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="decode the models' actions in the runtime under the grammar of valid actions (--no-constrained: the"
+        " plain argmax)",
+    )
     parser.add_argument(
         "--runtime-dialogues", type=int, default=50, help="held-out dialogues run in the runtime (0: skip)"
     )
@@ -251,8 +263,25 @@ def _recipe(args: argparse.Namespace, data_dir: Path, output_dir: Path, extra: l
     from clocktune.train.sft import make_parser as recipe_parser
 
     overrides = ["--train_data", str(data_dir / "data"), "--output_dir", str(output_dir)]
+    overrides += ["--constrained_decoding", str(args.constrained)]
     overrides += ["--max_steps", str(args.max_steps), "--max_timelines", str(args.train_dialogues), *(extra or [])]
     return recipe_parser().parse_args_and_config(["--config", args.recipe, *overrides])
+
+
+def _training_callbacks(args: argparse.Namespace, timer: StepTimer | None = None) -> list[TrainerCallback]:
+    """The callbacks of one of the demo's trainings: its step timer, and the time cap when one is asked for.
+
+    Args:
+        args: The demo's command line.
+        timer: Times the steps (only the speculative model's pace is reported).
+
+    Returns:
+        The callbacks.
+    """
+    callbacks: list[TrainerCallback] = [] if timer is None else [timer]
+    if args.max_train_minutes is not None:
+        callbacks.append(TimeBudget(args.max_train_minutes * 60))
+    return callbacks
 
 
 def _final_lines(summary: dict, args: argparse.Namespace, note: str | None, summary_path: Path) -> list[str]:
@@ -359,10 +388,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     # Training is bounded by steps, so that its scores do not depend on the machine's load; a time cap is opt-in.
     timer = StepTimer()
-    callbacks: list[TrainerCallback] = [timer]
-    if args.max_train_minutes is not None:
-        callbacks.append(TimeBudget(args.max_train_minutes * 60))
     start = time.monotonic()
+    callbacks = _training_callbacks(args, timer)
     trainer = train(data_args, training_args, model_args, callbacks=callbacks, backends=make_backend)
     train_seconds = time.monotonic() - start
     after_report = evaluate_next_action(trainer.model, tokenizer, held_out, model_format)
@@ -401,6 +428,7 @@ def main(argv: list[str] | None = None) -> dict:
         },
         **({"live_eval_curve": curve} if curve else {}),
         "dataset_stats": stats,
+        "constrained": args.constrained,
         "checkpoint": str(out / "checkpoint"),
     }
     # Written now and again with the runtime's results: an interrupted runtime step keeps the training's.
@@ -417,7 +445,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     if args.runtime_dialogues > 0:
         # The trained model in the runtime against sync and the oracle: its table, then the headline lines.
-        summary["eval"] = _runtime_eval(trainer.model, tokenizer, held_out[: args.runtime_dialogues], out / "eval")
+        timelines = held_out[: args.runtime_dialogues]
+        summary["eval"] = _runtime_eval(trainer.model, tokenizer, timelines, out / "eval", args.constrained)
         summary["live_accuracy"] = summary["eval"]["accuracy"]
         summary["live_dialogues"] = summary["eval"]["dialogues"]
         atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])
@@ -429,12 +458,15 @@ def main(argv: list[str] | None = None) -> dict:
         sync_job = GenerationJob(replace(config, teacher="sync"), args.train_dialogues, 0, sync_dir)
         run_generation(sync_job, num_proc=args.num_proc)
         start = time.monotonic()
-        sync_trainer = train(*_recipe(args, sync_dir, out / "checkpoint-sync"), callbacks=[], backends=make_backend)
+        sync_recipe = _recipe(args, sync_dir, out / "checkpoint-sync")
+        sync_trainer = train(*sync_recipe, callbacks=_training_callbacks(args), backends=make_backend)
         sync_seconds = round(time.monotonic() - start, 1)
-        timelines = held_out[: args.runtime_dialogues]
-        sync_eval = _runtime_eval(sync_trainer.model, tokenizer, timelines, out / "eval-sync", SYNC_MODEL, False)
+        sync_eval = _runtime_eval(
+            sync_trainer.model, tokenizer, timelines, out / "eval-sync", args.constrained, SYNC_MODEL, False
+        )
         summary["sync_model"] = {
             **sync_eval,
+            "train_steps": sync_trainer.state.global_step,
             "train_seconds": sync_seconds,
             "checkpoint": str(out / "checkpoint-sync"),
         }

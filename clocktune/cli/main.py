@@ -451,8 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument(
         "--constrained",
-        action="store_true",
-        help="decode a checkpoint's actions under the grammar of valid actions (needs the `constrained` extra)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="decode a checkpoint's actions under the grammar of valid actions (--no-constrained: the plain argmax)",
     )
     draft_help = (
         "speculative decoding of a checkpoint's actions, lossless (the same actions, faster or not): none, "

@@ -94,8 +94,9 @@ def add_rollout_parser(sub: argparse._SubParsersAction) -> None:
     )
     rollout.add_argument(
         "--constrained",
-        action="store_true",
-        help="the student decodes under the grammar of valid actions (needs the `constrained` extra)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the student decodes under the grammar of valid actions (--no-constrained: the plain argmax)",
     )
     rollout.add_argument(
         "--draft",

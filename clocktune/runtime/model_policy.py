@@ -11,12 +11,12 @@ Attention over the cache follows the streaming mask (docs/design.md §4): each f
 still visible at its time, and to itself, through an additive 4D mask; hidden partials and superseded results
 stop being attended the moment they are hidden.
 
-With ``constrained=True`` actions are decoded under a grammar of the actions valid now
+By default (``constrained=True``) actions are decoded under a grammar of the actions valid now
 (``clocktune.runtime.action_grammar``): the format's markers, the timeline's tools and their argument schemas, the
 open call ids, a fresh id for a new call, ``$ref`` only to calls that exist, so that a malformed or impossible action
-cannot be produced. It is off by default because it did not pay: the demo's trained model writes no malformed action
-(0 notices in 20 live sessions), its mistakes are well-formed wrong choices, and under the grammar it completed the
-same 5 of 20 tasks (BENCHMARKS.md "Constrained decoding"). It is for models that do write broken actions.
+cannot be produced. It is on because it has never cost the demo's model a task and sometimes gained some (10 of 50
+against 8 of 50 live, BENCHMARKS.md "Constrained decoding"): a model that writes an argument its tool does not have
+loses the call, under the grammar it writes a valid one. ``constrained=False`` is the plain argmax.
 
 With a drafter (``clocktune.runtime.drafters``: prompt lookup, the first layers of the same model, a quantized
 copy), decoding is speculative (``clocktune.runtime.speculative``): a draft of γ tokens is verified in one forward
@@ -70,7 +70,7 @@ class ModelPolicy:
         max_new_tokens: Longest action the model may write.
         system_caches: Prefilled caches of system prompts by their ids, shared by the policies of one model (a
             fresh dict when ``None``).
-        constrained: Decode under the grammar of the actions valid now (needs llguidance).
+        constrained: Decode under the grammar of the actions valid now (llguidance); ``False``: plain argmax.
         wrap_up_tokens: With the grammar, tokens allowed past ``max_new_tokens`` to bring an unfinished action to
             a valid end (the best closing token each step) rather than cut it off unparsable.
         drafter: Drafts tokens for speculative decoding (``None``: plain decoding).
@@ -94,7 +94,7 @@ class ModelPolicy:
         name: str = "model",
         max_new_tokens: int = 128,
         system_caches: dict[tuple[int, ...], Any] | None = None,
-        constrained: bool = False,
+        constrained: bool = True,
         wrap_up_tokens: int = 48,
         drafter: Drafter | None = None,
         costs: SpeculationCosts | None = None,

@@ -81,7 +81,7 @@ def policy_factory(
     model: str = "scripted",
     loaded: tuple[Any, Any] | None = None,
     endpoint: EndpointLimits = EndpointLimits(),
-    constrained: bool = False,
+    constrained: bool = True,
     draft: str = "none",
     costs: SpeculationCosts | None = None,
     temperature: float = 0.0,
@@ -96,7 +96,7 @@ def policy_factory(
         loaded: An already loaded ``(model, tokenizer)`` to use instead of loading ``model``.
         endpoint: Limits of an endpoint policy (``openai:...``).
         constrained: Decode a checkpoint's actions under the grammar of valid actions
-            (:mod:`~clocktune.runtime.action_grammar`) instead of the plain argmax.
+            (:mod:`~clocktune.runtime.action_grammar`); ``False``: the plain argmax.
         draft: A checkpoint's drafter for speculative decoding (:data:`~clocktune.runtime.drafters.DRAFTERS`:
             ``none``, ``prompt_lookup``, ``layer_skip[:N]``, ``int8``, ``int4``, ``auto``); lossless, so only speed
             changes.
@@ -159,7 +159,7 @@ def policy_spec(
     model: str = "scripted",
     loaded: tuple[Any, Any] | None = None,
     endpoint: EndpointLimits = EndpointLimits(),
-    constrained: bool = False,
+    constrained: bool = True,
     draft: str = "none",
     costs: SpeculationCosts | None = None,
 ) -> PolicySpec:

@@ -57,6 +57,13 @@ class ClockSFTConfig(SFTConfig):
             CPU (BENCHMARKS.md).
             Only the prompt of the first timeline of a row is cached (the shortest across the batch). Needs
             `gradient_checkpointing: false` (checkpointed layers drop the cache) and sdpa, eager or flex_attention.
+        share_prompt (`bool`, *optional*, defaults to `False`):
+            When every row of a batch starts with the same system prompt (one domain's tools), run it once, as a KV
+            cache repeated over the rows. Loss and gradients are those of running it in every row (their sum over
+            the copies is what the repeat's backward computes), at the cost of one row's prompt: with several rows a
+            step, the prompt's share of the work falls by the number of rows. Rows that start otherwise run their
+            own prompts, still as a cache; `train/shared_prompt` logs the share of batches that shared. With
+            `cache_prompt` the shared prompt runs without gradients. The same needs as `cache_prompt`.
 
         > Parameters that control the loss
 
@@ -70,6 +77,13 @@ class ClockSFTConfig(SFTConfig):
 
         max_timelines (`int`, *optional*):
             Use at most this many training timelines (the first ones), for quick runs.
+
+        > Parameters that control how the model plays live (live evaluation and on-policy rollouts)
+
+        constrained_decoding (`bool`, *optional*, defaults to `True`):
+            Decode the model's actions under the grammar of the actions valid now (tools, argument schemas, open
+            call ids; `clocktune.runtime.action_grammar`), as `clocktune eval` does by default, so that live
+            evaluation and rollouts score the model as it is served. `False`: the plain argmax.
 
         > Parameters that control live evaluation
 
@@ -128,10 +142,16 @@ class ClockSFTConfig(SFTConfig):
     cache_prompt: bool = field(
         default=False, metadata={"help": "Run each row's system prompt without gradients, as a KV cache."}
     )
+    share_prompt: bool = field(
+        default=False, metadata={"help": "Run a system prompt that every row starts with once, as a shared KV cache."}
+    )
     action_loss_weights: dict[str, float] | None = field(
         default=None, metadata={"help": 'Loss weight per action type, e.g. {"modify_cancel": 5.0}; others 1.'}
     )
     max_timelines: int | None = field(default=None, metadata={"help": "Use at most this many training timelines."})
+    constrained_decoding: bool = field(
+        default=True, metadata={"help": "Decode live evaluation's and rollouts' actions under the action grammar."}
+    )
     live_eval_steps: int = field(
         default=0, metadata={"help": "Play held-out dialogues live every N optimizer steps and at the end; 0: off."}
     )
@@ -197,8 +217,10 @@ class ClockSFTConfig(SFTConfig):
             self.bf16 = torch.cuda.is_available() or (torch.backends.mps.is_available() and not self.use_cpu)
         super().__post_init__()
         # Checked after TrainingArguments resolves `gradient_checkpointing` into `activation_checkpointing`.
-        if self.cache_prompt and self.activation_checkpointing:
-            raise ValueError("cache_prompt needs gradient_checkpointing off: checkpointed layers drop the KV cache")
+        if (self.cache_prompt or self.share_prompt) and self.activation_checkpointing:
+            raise ValueError(
+                "cache_prompt and share_prompt need gradient_checkpointing off: checkpointed layers drop the KV cache"
+            )
 
     def _check_live_eval(self) -> None:
         """Refuses live-evaluation settings that would fail only after the first ``live_eval_steps`` steps."""

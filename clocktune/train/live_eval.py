@@ -108,6 +108,7 @@ class LiveEvalCallback(TrainerCallback):
         every_steps: Evaluate every this many optimizer steps (``live_eval_steps``).
         device: Compute profile the virtual clock charges.
         name: Name of the policy in the results.
+        constrained: Decode under the grammar of valid actions (``constrained_decoding``); ``False``: plain argmax.
 
     Raises:
         ValueError: When ``every_steps`` is below 1 or there is no timeline.
@@ -121,6 +122,7 @@ class LiveEvalCallback(TrainerCallback):
         every_steps: int,
         device: DeviceProfile = PROFILES["phone-135m"],
         name: str = "live",
+        constrained: bool = True,
     ) -> None:
         if every_steps < 1:
             raise ValueError(f"every_steps must be at least 1, got {every_steps}")
@@ -132,6 +134,7 @@ class LiveEvalCallback(TrainerCallback):
         self.every_steps = every_steps
         self.device = device
         self.name = name
+        self.constrained = constrained
         self.last_step = -1  # the step last evaluated: the end of training may fall on an evaluation step
 
     def evaluate(self, model: Any = None) -> dict[str, float]:
@@ -152,7 +155,8 @@ class LiveEvalCallback(TrainerCallback):
             # fork_rng: greedy decoding draws nothing, but what the model's modules or the runtime draw must not
             # shift the dropout and sampling of the training steps that follow.
             with torch.random.fork_rng(devices=devices), torch.no_grad():
-                factory = policy_factory(self.name, loaded=(model, self.trainer.processing_class))
+                loaded = (model, self.trainer.processing_class)
+                factory = policy_factory(self.name, loaded=loaded, constrained=self.constrained)
                 run = run_policy(self.name, self.timelines, factory, self.backends, SessionConfig(device=self.device))
         finally:
             model.train(was_training)

@@ -334,6 +334,7 @@ def _play_round(
         "first_task": tasks[0].id,
         "expert": args.on_policy_expert,
         "profile": args.on_policy_profile,
+        "constrained": args.constrained_decoding,
     }
     was_training = model.training
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
@@ -341,7 +342,7 @@ def _play_round(
     try:
         # As in live evaluation: what the runtime draws must not shift the random state of the training after it.
         with torch.random.fork_rng(devices=devices), torch.no_grad():
-            student = policy_spec(STUDENT, source, loaded=(model, tokenizer))
+            student = policy_spec(STUDENT, source, loaded=(model, tokenizer), constrained=args.constrained_decoding)
             session_config = SessionConfig(device=inputs.device)
             return rollout(tasks, student, inputs.experts, inputs.backends, session_config, folder, settings)
     except SettingsMismatchError as error:
@@ -435,7 +436,15 @@ def train_rounds(
         )
         if live_eval is not None:
             timelines, device = live_eval
-            trainer.add_callback(LiveEvalCallback(trainer, timelines, inputs.backends, args.live_eval_steps, device))
+            callback = LiveEvalCallback(
+                trainer,
+                timelines,
+                inputs.backends,
+                args.live_eval_steps,
+                device,
+                constrained=args.constrained_decoding,
+            )
+            trainer.add_callback(callback)
         trainer.add_callback(_LogRollout(trainer, rollout_metrics(round_number, summary, len(dataset))))
         checkpoint = get_last_checkpoint(str(folder))  # the folder exists: the rollout wrote into it
         if checkpoint is not None:

@@ -185,7 +185,15 @@ def main(
 
         # Added after the trainer exists: the callback logs through it.
         timelines, device = live_eval
-        trainer.add_callback(LiveEvalCallback(trainer, timelines, backends, training_args.live_eval_steps, device))
+        callback = LiveEvalCallback(
+            trainer,
+            timelines,
+            backends,
+            training_args.live_eval_steps,
+            device,
+            constrained=training_args.constrained_decoding,
+        )
+        trainer.add_callback(callback)
     # The base and the data as the recipe names them: a checkpoint records only the path its base came from.
     record = {
         "base_model": model_args.model_name_or_path,

@@ -9,8 +9,9 @@ What it changes in ``SFTTrainer``:
   varlen boundaries for FlashAttention — when no token is ever hidden);
 - loss: the LM head projects only positions that predict a label (``logits_to_keep``), through the model's own
   head, so PEFT's trainable rows for the new tokens train in the output layer too (TRL's fused head bypasses it);
-- speed (``cache_prompt``): the system prompt at the start of each row may run without gradients, as a KV cache
-  for the rest of the row;
+- speed (``share_prompt``, ``cache_prompt``): the system prompt at the start of each row may run as a KV cache for
+  the rest of the row, once for the whole batch when every row starts with the same one (``share_prompt``: the
+  gradient is unchanged), and without gradients (``cache_prompt``);
 - metrics: ``num_tokens`` counts real tokens (TRL's count sums the attention mask, which a 4D mask breaks), and
   loss and token accuracy are logged per action type (``loss/call``, ``accuracy/wait``, ...).
 """
@@ -102,7 +103,7 @@ class ClockSFTTrainer(SFTTrainer):
 
     def _prompt_length(self, meta: dict[str, torch.Tensor], labels: torch.Tensor) -> int:
         """Tokens at the start of every row that are system prompt and that no label is predicted from (0 if off)."""
-        if not self.args.cache_prompt:
+        if not (self.args.cache_prompt or self.args.share_prompt):
             return 0
         # Leading run of sink tokens in each row; the shortest one is shared by the whole batch.
         leading_sink = meta["sink"].int().cumprod(dim=-1).sum(dim=-1).min()
@@ -113,13 +114,28 @@ class ClockSFTTrainer(SFTTrainer):
         return max(min(int(leading_sink), first_label - 1), 0)
 
     def _run_prompt(self, model, inputs: dict[str, Any], prefix: int) -> dict[str, Any]:
-        """Runs the first ``prefix`` tokens without gradients; returns the inputs for the rest, with their cache."""
+        """Runs the first ``prefix`` tokens (once when every row holds the same ones and ``share_prompt`` is set,
+        without gradients under ``cache_prompt``); returns the inputs for the rest, with their cache."""
         position_ids = inputs.pop("position_ids")
         input_ids = inputs.pop("input_ids")
+        prompt_ids = input_ids[:, :prefix]
+        rows = input_ids.shape[0]
+        # Gradients from every row's copy of a shared prompt sum in the repeat, as they would over separate copies.
+        shared = self.args.share_prompt and rows > 1 and bool((prompt_ids == prompt_ids[:1]).all())
+        if shared:
+            prompt_ids = prompt_ids[:1]
         cache = DynamicCache(config=self.model.config)
-        with torch.no_grad():
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.args.cache_prompt):
             # One causal segment starting at position 0 in every row: no mask needed.
-            model(input_ids=input_ids[:, :prefix], position_ids=position_ids[:, :prefix], cache=cache, use_cache=True)
+            model(
+                input_ids=prompt_ids,
+                position_ids=position_ids[: len(prompt_ids), :prefix],
+                cache=cache,
+                use_cache=True,
+            )
+        if shared:
+            cache.batch_repeat_interleave(rows)
+        self._metrics["train" if self.model.training else "eval"]["shared_prompt"].append(float(shared))
         return {**inputs, "input_ids": input_ids[:, prefix:], "position_ids": position_ids[:, prefix:], "cache": cache}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
