@@ -112,7 +112,13 @@ def test_model_driven_live_sessions_are_the_same_with_a_drafter(generated, tiny_
         policies = []
 
         def factory(timeline):
-            policies.append(ModelPolicy(model, tokenizer, timeline, max_new_tokens=10, drafter=drafter, margin=ALWAYS))
+            # The plain argmax: a random model under the grammar writes only valid actions and plays each turn to its
+            # limit (drafting under the grammar is the parametrized test above).
+            policies.append(
+                ModelPolicy(
+                    model, tokenizer, timeline, max_new_tokens=10, drafter=drafter, margin=ALWAYS, constrained=False
+                )
+            )
             return policies[-1]
 
         run = run_policy("tiny", generated[0][:2], factory, make_backend, config, concurrency=1, progress=False)
@@ -249,8 +255,17 @@ def test_sampled_speculative_actions_follow_the_targets_distribution(generated, 
     model, tokenizer = tiny_four_layer_model
     timeline = generated[0][0]
     drafter = _Deterministic(model) if drafts == "fixed" else make_drafter("layer_skip:2", model)
+    # Unconstrained: the target's distribution here is the softmax of its logits, with no grammar mask.
     policy = ModelPolicy(
-        model, tokenizer, timeline, max_new_tokens=3, drafter=drafter, temperature=0.2, seed=7, margin=ALWAYS
+        model,
+        tokenizer,
+        timeline,
+        max_new_tokens=3,
+        drafter=drafter,
+        temperature=0.2,
+        seed=7,
+        margin=ALWAYS,
+        constrained=False,
     )
     policy.observe(timeline.events[:1])
     t = timeline.events[0].t + 0.5
@@ -352,7 +367,8 @@ def test_eval_with_a_drafter_writes_decoding_metrics_and_profile_measures_specul
     out = tmp_path / "eval"
     argv = ["eval", "--data", str(data), "--model", str(checkpoint), "--policy", "speculative"]
     argv += ["--baseline", "sync", "--baseline-model", "scripted", "--profile", str(profile)]
-    assert main([*argv, "--draft", "prompt_lookup", "--out", str(out)]) == 0
+    # --no-constrained: an untrained model under the grammar plays each turn to its 60 s limit.
+    assert main([*argv, "--draft", "prompt_lookup", "--no-constrained", "--out", str(out)]) == 0
     decoding = json.loads((out / "summary.json").read_text())["decoding"]["policy"]
     assert decoding["drafter"] == "prompt_lookup" and decoding["actions"] > 0
     assert {"acceptance_rate", "mean_accepted_length", "acceptance_by_position", "tokens_per_s"} <= set(decoding)
