@@ -135,7 +135,8 @@ class ClockSFTTrainer(SFTTrainer):
             )
         if shared:
             cache.batch_repeat_interleave(rows)
-        self._metrics["train" if self.model.training else "eval"]["shared_prompt"].append(float(shared))
+        if self.args.share_prompt:
+            self._metrics["train" if self.model.training else "eval"]["shared_prompt"].append(float(shared))
         return {**inputs, "input_ids": input_ids[:, prefix:], "position_ids": position_ids[:, prefix:], "cache": cache}
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
