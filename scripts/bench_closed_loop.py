@@ -1,30 +1,32 @@
 """Benchmark: live accuracy and speedup of the embedded model against its training budget, with and without
 on-policy rounds and constrained decoding.
 
-    .venv/bin/python scripts/bench_closed_loop.py                          # about 2 h on the 2-core CPU (estimate)
-    .venv/bin/python scripts/bench_closed_loop.py --budgets 60 150 --eval-dialogues 10 --out runs/closed-loop-short
+    .venv/bin/python scripts/bench_closed_loop.py                          # about 2 h on the 2-core CPU
+    .venv/bin/python scripts/bench_closed_loop.py --budgets 40 120 --eval-dialogues 10 --out runs/closed-loop-short
 
-What it runs, all in ``--out`` (a run started again resumes: finished trainings, rollouts and sessions are kept):
+Budgets count training dialogues (timelines): a budget of B is B / ``--rows`` optimizer steps of ``--rows``
+timelines each. What it runs, all in ``--out`` (a run started again resumes: finished trainings, rollouts and
+sessions are kept, and a teacher run killed mid-way resumes from its last budget's checkpoint):
 
 1. the demo's dialogues (``configs/datagen/demo.yaml``): ``--train-dialogues`` for training (seed 0) and
    ``--eval-dialogues`` held out (seed 1);
 2. **teacher**: one LoRA fine-tune on the teacher's timelines (the demo's recipe with a constant learning rate, so
-   that a checkpoint after B steps is the model a budget of B steps gives, and ``cache_prompt``, 1.5x faster steps
-   on this CPU) for the largest budget, keeping a checkpoint at every budget and at every on-policy arm's start;
-3. **on-policy**: for each budget B, the teacher checkpoint after ``(1 - --on-policy-share) * B`` steps, then
+   that a checkpoint after B dialogues is the model a budget of B gives; ``--rows`` timelines a step, one domain,
+   so ``share_prompt`` runs their common system prompt once, and ``cache_prompt`` runs it without gradients: 2.3x
+   the timelines a second of the same rows each running its own prompt, BENCHMARKS.md) for the largest budget,
+   keeping a checkpoint at every budget and at every on-policy arm's start;
+3. the teacher's checkpoints played live on the held-out dialogues under the action grammar (virtual clock,
+   ``phone-135m``), against the scripted turn-based ``sync`` baseline;
+4. **on-policy**: for each budget B, the teacher checkpoint after ``(1 - --on-policy-share) * B`` dialogues, then
    ``--rounds`` on-policy rounds (``ClockSFTConfig.on_policy_rounds``: the model plays ``--rollout-sessions``
-   training tasks live, the expert labels them, training continues on the mixture) sharing the other steps; so
-   both arms train B steps;
-4. every checkpoint played live on the held-out dialogues (virtual clock, ``phone-135m``), with plain and with
-   constrained decoding (``--constrained``), against the scripted turn-based ``sync`` baseline.
+   training tasks live, the expert labels them, training continues on the mixture) sharing the other dialogues, so
+   both arms train on B; each played live like the teacher's;
+5. the teacher's checkpoints played again with plain argmax decoding (no grammar): the grammar's effect. The
+   on-policy arm plays under the grammar only, the default, to keep the run near two hours.
 
-The default run's cost, estimated (not measured) from rates of other runs: the demo's 4.3 s a step over the 1.5x
-of ``cache_prompt`` (2.9 s), 4.5 s a live session:
-teacher 1,500 steps 73 min, the arms' rounds 430 steps 21 min, rollouts 150 sessions 11 min, evaluation 300
-sessions 23 min: about 2 h 10 min on a quiet machine.
-
-It prints a table (arm, decoding, budget, live accuracy, latency p50, speedup p50 over sync) and writes
-``results.json`` and ``closed_loop.png`` (live accuracy and speedup against budget).
+Each result is printed and written to ``results.json`` as soon as it is measured, so a run stopped early keeps what
+it measured, in this order of importance. At the end it writes ``closed_loop.png`` (live accuracy and speedup
+against budget).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def _recipe_args(args: argparse.Namespace, train_data: Path, output_dir: Path, m
         "--train_data", str(train_data), "--output_dir", str(output_dir), "--max_steps", str(max_steps),
         "--max_timelines", str(args.train_dialogues), "--lr_scheduler_type", "constant_with_warmup",
         "--save_strategy", "no", "--save_total_limit", "1000000", "--cache_prompt", "true",
+        "--share_prompt", "true", "--per_device_train_batch_size", str(args.rows),
     ]  # fmt: skip
     if args.model is not None:
         overrides += ["--model_name_or_path", args.model]
@@ -139,8 +142,8 @@ def _plot(rows: list[dict], path: Path) -> None:
         label = f"{arm[0]}, {arm[1]}"
         accuracy.plot(budgets, [row["live_accuracy"] for _, row in points], marker="o", label=label)
         speedup.plot(budgets, [row["speedup_p50"] or float("nan") for _, row in points], marker="o", label=label)
-    accuracy.set(xlabel="training steps (one timeline each)", ylabel="live accuracy", ylim=(0, 1))
-    speedup.set(xlabel="training steps (one timeline each)", ylabel="speedup p50 over sync")
+    accuracy.set(xlabel="training dialogues", ylabel="live accuracy", ylim=(0, 1))
+    speedup.set(xlabel="training dialogues", ylabel="speedup p50 over sync")
     accuracy.legend()
     figure.suptitle("SmolLM2-135M live in the runtime, held-out dialogues")
     figure.tight_layout()
@@ -160,18 +163,22 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/closed-loop")
-    parser.add_argument("--budgets", type=int, nargs="+", default=[150, 500, 1500], help="training steps")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[160, 500, 1500], help="training dialogues")
+    parser.add_argument("--rows", type=int, default=4, help="timelines per optimizer step (each budget a multiple)")
     parser.add_argument("--train-dialogues", type=int, default=1500)
-    parser.add_argument("--eval-dialogues", type=int, default=25)
+    parser.add_argument("--eval-dialogues", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=1, help="on-policy rounds of the on-policy arm")
     parser.add_argument("--on-policy-share", type=float, default=0.2, help="share of its steps spent in rounds")
-    parser.add_argument("--rollout-sessions", type=int, default=50, help="training tasks each round plays")
+    parser.add_argument("--rollout-sessions", type=int, default=25, help="training tasks each round plays")
     parser.add_argument("--on-policy-weight", type=float, default=0.5, help="rollout examples' share of a round")
     parser.add_argument("--recipe", default=str(RECIPE), help="training YAML (its model unless --model)")
     parser.add_argument("--datagen-config", default=str(DATAGEN))
     parser.add_argument("--model", default=None, help="base model instead of the recipe's")
     parser.add_argument("--num-proc", type=int, default=2)
     args = parser.parse_args(argv)
+    budgets = sorted(set(args.budgets))
+    if any(budget % args.rows for budget in budgets):
+        parser.error(f"--budgets {budgets}: each must be a multiple of --rows {args.rows}")
 
     from clocktune.atomic import atomic_write_text
     from clocktune.rendered_dataset import load_timeline_files
@@ -180,19 +187,61 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     out = Path(args.out)
-    budgets = sorted(set(args.budgets))
-    starts = {budget: on_policy_start(budget, args.on_policy_share, args.rounds) for budget in budgets}
+    steps = {budget: budget // args.rows for budget in budgets}
+    starts = {budget: on_policy_start(steps[budget], args.on_policy_share, args.rounds) for budget in budgets}
     config = load_config(args.datagen_config)
     train_dir, eval_dir = out / "data" / "train", out / "data" / "eval"
     run_generation(GenerationJob(config, args.train_dialogues, 0, train_dir), num_proc=args.num_proc)
     eval_job = GenerationJob(held_out_config(config), args.eval_dialogues, 1, eval_dir)
     run_generation(eval_job, num_proc=args.num_proc)
     held_out = load_timeline_files([eval_dir / "data"])
+    rows: list[dict] = []
+
+    def record() -> None:
+        result = {
+            "budgets": budgets,
+            "rows_per_step": args.rows,
+            "train_dialogues": args.train_dialogues,
+            "eval_dialogues": len(held_out),
+            "rounds": args.rounds,
+            "on_policy_share": args.on_policy_share,
+            "rollout_sessions": args.rollout_sessions,
+            "on_policy_weight": args.on_policy_weight,
+            "rows": rows,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        atomic_write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
+
+    def evaluate(arm: str, budget: int, checkpoint: Path, constrained: bool) -> None:
+        decoding = "constrained" if constrained else "plain"
+        summary = _play(checkpoint, held_out, constrained, out / "eval" / f"{arm}-{budget}-{decoding}")
+        rows.append(
+            {
+                "arm": arm,
+                "budget": budget,
+                "decoding": decoding,
+                "live_accuracy": summary["accuracy"],
+                "latency_p50_s": summary["latency_p50_s"],
+                "sync_latency_p50_s": summary["baseline_latency_p50_s"],
+                "speedup_p50": summary["speedup_p50"],
+                "failures": summary["failures"],
+                "minutes_so_far": round((time.monotonic() - started) / 60, 1),
+            }
+        )
+        record()
+        print(
+            f"{arm:<10} {decoding:<12} {budget:>6} dialogues: live accuracy {summary['accuracy']:.3f}, p50 "
+            f"{summary['latency_p50_s']} s (sync {summary['baseline_latency_p50_s']} s), speedup "
+            f"{summary['speedup_p50']}x",
+            flush=True,
+        )
 
     teacher_dir = out / "teacher"
-    saves = set(budgets) | {teacher_steps for teacher_steps, _ in starts.values()}
-    _train(*_recipe_args(args, train_dir, teacher_dir, budgets[-1], []), callbacks=[SaveAt(saves)])
-    checkpoints = {("teacher", budget): teacher_dir / f"checkpoint-{budget}" for budget in budgets}
+    saves = set(steps.values()) | {teacher_steps for teacher_steps, _ in starts.values()}
+    _train(*_recipe_args(args, train_dir, teacher_dir, steps[budgets[-1]], []), callbacks=[SaveAt(saves)])
+    teacher = {budget: teacher_dir / f"checkpoint-{steps[budget]}" for budget in budgets}
+    for budget in budgets:
+        evaluate("teacher", budget, teacher[budget], constrained=True)
     for budget, (teacher_steps, per_round) in starts.items():
         arm_dir = out / f"on_policy-{budget}"
         extra = [
@@ -202,47 +251,15 @@ def main(argv: list[str] | None = None) -> int:
             "--on_policy_profile", PROFILE,
         ]  # fmt: skip
         _train(*_recipe_args(args, train_dir, arm_dir, teacher_steps, extra))
-        checkpoints["on_policy", budget] = arm_dir
+        evaluate("on_policy", budget, arm_dir, constrained=True)
+    for budget in budgets:
+        evaluate("teacher", budget, teacher[budget], constrained=False)
 
-    rows = []
-    for (arm, budget), checkpoint in checkpoints.items():
-        for constrained in (False, True):
-            decoding = "constrained" if constrained else "plain"
-            summary = _play(checkpoint, held_out, constrained, out / "eval" / f"{arm}-{budget}-{decoding}")
-            rows.append(
-                {
-                    "arm": arm,
-                    "budget": budget,
-                    "decoding": decoding,
-                    "live_accuracy": summary["accuracy"],
-                    "latency_p50_s": summary["latency_p50_s"],
-                    "sync_latency_p50_s": summary["baseline_latency_p50_s"],
-                    "speedup_p50": summary["speedup_p50"],
-                    "failures": summary["failures"],
-                }
-            )
-            print(
-                f"{arm:<10} {decoding:<12} {budget:>6} steps: live accuracy {summary['accuracy']:.3f}, p50 "
-                f"{summary['latency_p50_s']} s (sync {summary['baseline_latency_p50_s']} s), speedup "
-                f"{summary['speedup_p50']}x",
-                flush=True,
-            )
-    record = {
-        "budgets": budgets,
-        "train_dialogues": args.train_dialogues,
-        "eval_dialogues": len(held_out),
-        "rounds": args.rounds,
-        "on_policy_share": args.on_policy_share,
-        "rollout_sessions": args.rollout_sessions,
-        "on_policy_weight": args.on_policy_weight,
-        "rows": rows,
-        "seconds": round(time.monotonic() - started, 1),
-    }
-    atomic_write_text(out / "results.json", json.dumps(record, indent=2) + "\n")
     _plot(rows, out / "closed_loop.png")
-    best = max(rows, key=lambda row: (row["budget"], row["live_accuracy"]))
+    largest = [row for row in rows if row["budget"] == budgets[-1]]
+    best = max(largest, key=lambda row: row["live_accuracy"])
     print(f"wrote {out}/results.json and {out}/closed_loop.png")
-    print(f"largest budget: {best['arm']} {best['decoding']} live accuracy {best['live_accuracy']:.3f}")
+    print(f"largest budget: best {best['arm']} {best['decoding']} live accuracy {best['live_accuracy']:.3f}")
     return 0
 
 

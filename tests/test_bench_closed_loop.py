@@ -44,7 +44,7 @@ def test_the_teacher_run_keeps_each_budgets_checkpoint_and_an_arm_resumed_from_o
     LlamaForCausalLM(config).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
     assert datagen(["generate", "--num", "4", "--seed", "0", "--out", str(tmp_path / "data"), "--quiet"]) == 0
-    args = argparse.Namespace(recipe=str(bench.RECIPE), model=str(tmp_path / "tiny"), train_dialogues=4)
+    args = argparse.Namespace(recipe=str(bench.RECIPE), model=str(tmp_path / "tiny"), train_dialogues=4, rows=2)
     small = ["--lora_r", "2", "--learning_rate", "1e-2", "--warmup_steps", "0"]
 
     teacher = tmp_path / "teacher"

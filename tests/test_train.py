@@ -318,6 +318,13 @@ def test_share_prompt_runs_a_common_prompt_once_with_the_same_loss_and_gradients
         grads = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
         return loss.item(), grads, list(rows_run), trainer._metrics["train"]["shared_prompt"]
 
+    # Its default collator puts one timeline in each row, so that every row starts with the prompt.
+    args = ClockSFTConfig(
+        output_dir=str(tmp_path), use_cpu=True, max_length=8192, report_to="none", gradient_checkpointing=False,
+        share_prompt=True,
+    )  # fmt: skip
+    trainer = ClockSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    assert not trainer.data_collator.pack
     full_loss, full_grads, full_rows, _ = loss_and_grads(shared_batch, False)
     loss, grads, rows, shared = loss_and_grads(shared_batch, True)
     assert full_rows == [3] and rows == [1, 3] and shared == [1.0]  # the prompt once, then every row's rest

@@ -60,11 +60,12 @@ class ClockSFTConfig(SFTConfig):
         share_prompt (`bool`, *optional*, defaults to `False`):
             When every row of a batch starts with the same system prompt (one domain's tools), run it once, as a KV
             cache repeated over the rows. Loss and gradients are those of running it in every row (their sum over
-            the copies is what the repeat's backward computes), at the cost of one row's prompt: with several rows a
-            step, the prompt's share of the work falls by the number of rows (the wall-clock speedup is not measured
-            yet: `scripts/bench_train.py --shared-rows N`). Rows that start otherwise run their
-            own prompts, still as a cache; `train/shared_prompt` logs the share of batches that shared. With
-            `cache_prompt` the shared prompt runs without gradients. The same needs as `cache_prompt`.
+            the copies is what the repeat's backward computes), at the cost of one row's prompt: at 4 rows of the
+            embedded model's one-domain timelines a step, 1.93x the timelines a second on a CPU, 2.34x with
+            `cache_prompt` too (BENCHMARKS.md). The default collator then puts one timeline in each row (no
+            packing), so that every row starts with the prompt. Rows that start otherwise run their own prompts,
+            still as a cache; `train/shared_prompt` logs the share of batches that shared. With `cache_prompt` the
+            shared prompt runs without gradients. The same needs as `cache_prompt`.
 
         > Parameters that control the loss
 

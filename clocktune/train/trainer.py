@@ -53,11 +53,13 @@ class ClockSFTTrainer(SFTTrainer):
         if processing_class is None:
             raise ValueError("ClockSFTTrainer needs the tokenizer extended with clock tokens as processing_class")
         if "data_collator" not in kwargs:
+            # share_prompt wants every row to start with the prompt: one timeline a row, not packed.
             kwargs["data_collator"] = StreamingCollator(
                 max_length=args.max_length,
                 pad_token_id=processing_class.pad_token_id
                 if processing_class.pad_token_id is not None
                 else processing_class.eos_token_id,
+                pack=not args.share_prompt,
                 pad_to_multiple_of=args.pad_to_multiple_of or 1,
             )
         super().__init__(
