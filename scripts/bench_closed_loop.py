@@ -125,6 +125,7 @@ def _play(checkpoint: Path, timelines: list, constrained: bool, out: Path) -> di
         SessionConfig(device=PROFILES[PROFILE]),
         out,
         extra={"profile": PROFILE, "checkpoint": str(checkpoint), "constrained": constrained},
+        session_logs=True,  # the played sessions, to read where a model failed (clocktune-datagen show)
     )
     return json.loads(summary_path.read_text())
 

@@ -141,3 +141,48 @@ def test_a_virtual_run_that_raises_leaves_the_next_one_a_clean_loop():
     with pytest.raises(RuntimeError, match="boom"):
         run_virtual(fail())
     assert run_virtual(sleep_past()) == 2.0
+
+
+def test_a_charge_jumps_the_clock_when_nothing_is_due_and_sleeps_when_a_callback_or_timer_falls_inside_it():
+    from clocktune.runtime.clocks import VirtualClock
+
+    clock, seen = VirtualClock(), []
+
+    async def main() -> list:
+        loop = asyncio.get_running_loop()
+        assert loop.fast_forward(0.25) and loop.time() == 0.25  # idle: the clock moves, no pass of the loop
+        loop.call_at(1.0, seen.append, "timer at 1.0")
+        await clock.charge(0.5)
+        seen.append(("charged to", loop.time()))
+        loop.call_soon(seen.append, "ready callback")
+        await clock.charge(0.1)  # a ready callback runs first: the charge sleeps
+        seen.append(("charged to", loop.time()))
+        await clock.charge(0.15)  # ends exactly when the timer is due, which fires first, as it would for a sleep
+        seen.append(("charged to", loop.time()))
+        await clock.charge(2.0)
+        return [*seen, ("charged to", loop.time())]
+
+    assert run_virtual(main()) == [
+        ("charged to", 0.75),
+        "ready callback",
+        ("charged to", 0.85),
+        "timer at 1.0",
+        ("charged to", 1.0),
+        ("charged to", 3.0),
+    ]
+
+
+def test_generated_timelines_are_the_same_whether_charges_jump_the_clock_or_sleep(monkeypatch):
+    from clocktune.runtime.virtual_clock import VirtualClockLoop
+    from clocktune.timeline.io import timeline_to_json
+
+    def generate() -> list[str]:
+        lines = []
+        for teacher in ("speculative", "sync"):
+            config = GeneratorConfig(teacher=teacher)
+            lines += [timeline_to_json(generate_dialogue(i, 3, config)) for i in range(200)]
+        return lines
+
+    jumped = generate()
+    monkeypatch.setattr(VirtualClockLoop, "fast_forward", lambda self, seconds: False)
+    assert generate() == jumped

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from clocktune.clock import DeviceProfile
 from clocktune.runtime.policy import Decision, Policy
-from clocktune.runtime.virtual_clock import run_virtual
+from clocktune.runtime.virtual_clock import VirtualClockLoop, run_virtual
 from clocktune.runtime.wall_clock import on_calling_thread, run_wall
 
 T = TypeVar("T")
@@ -68,7 +68,9 @@ class VirtualClock:
     async def charge(self, seconds: float) -> None:
         """Advances the session's time by ``seconds`` (other sessions' timers fire meanwhile)."""
         if seconds > 0:
-            await asyncio.sleep(seconds)
+            loop = asyncio.get_running_loop()
+            if not (isinstance(loop, VirtualClockLoop) and loop.fast_forward(seconds)):
+                await asyncio.sleep(seconds)
 
     def first_words(self, started: float, decision: Decision, device: DeviceProfile, t0: float) -> float:
         """The answer's start plus the decode of its first words (``DeviceProfile.first_words_s``)."""
