@@ -21,8 +21,8 @@ sessions are kept, and a teacher run killed mid-way resumes from its last budget
    ``--rounds`` on-policy rounds (``ClockSFTConfig.on_policy_rounds``: the model plays ``--rollout-sessions``
    training tasks live, the expert labels them, training continues on the mixture) sharing the other dialogues, so
    both arms train on B; each played live like the teacher's;
-5. the teacher's checkpoints played again with plain argmax decoding (no grammar): the grammar's effect. The
-   on-policy arm plays under the grammar only, the default, to keep the run near two hours.
+5. the teacher's checkpoints played again with plain argmax decoding (no grammar), the largest budget first: the
+   grammar's effect. The on-policy arm plays under the grammar only, the default, to keep the run near two hours.
 
 Each result is printed and written to ``results.json`` as soon as it is measured, so a run stopped early keeps what
 it measured, in this order of importance. At the end it writes ``closed_loop.png`` (live accuracy and speedup
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         _train(*_recipe_args(args, train_dir, arm_dir, teacher_steps, extra))
         evaluate("on_policy", budget, arm_dir, constrained=True)
-    for budget in budgets:
+    for budget in reversed(budgets):  # the largest first: the grammar's effect where the models are best
         evaluate("teacher", budget, teacher[budget], constrained=False)
 
     _plot(rows, out / "closed_loop.png")
