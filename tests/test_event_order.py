@@ -183,6 +183,14 @@ def test_generated_timelines_are_the_same_whether_charges_jump_the_clock_or_slee
             lines += [timeline_to_json(generate_dialogue(i, 3, config)) for i in range(200)]
         return lines
 
+    moved, fast_forward = [], VirtualClockLoop.fast_forward
+
+    def counted(loop, seconds: float) -> bool:
+        moved.append(fast_forward(loop, seconds))
+        return moved[-1]
+
+    monkeypatch.setattr(VirtualClockLoop, "fast_forward", counted)
     jumped = generate()
+    assert moved.count(True) > 0.9 * len(moved) > 1000  # the jumps did happen, for nearly every charge
     monkeypatch.setattr(VirtualClockLoop, "fast_forward", lambda self, seconds: False)
     assert generate() == jumped

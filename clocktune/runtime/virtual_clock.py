@@ -82,17 +82,26 @@ class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):
         moved onto the grid first: a delay halfway between two milliseconds (a compute charge of 12.5 ms) would
         otherwise round up or down with the magnitude of the time it is added to, so with the other sessions on
         the loop."""
-        return self.call_at(self._now + round(delay, GRID_DIGITS), callback, *args, context=context)
+        return self.call_at(self._due(delay), callback, *args, context=context)
+
+    def _due(self, delay: float) -> float:
+        """The grid time ``delay`` seconds from now: where a timer of that delay (a sleep) is put."""
+        return round(self._now + round(delay, GRID_DIGITS), GRID_DIGITS)
+
+    def _drop_cancelled_head(self) -> None:
+        """Pops cancelled timers off the top of the heap, so that its first timer is the next one due."""
+        scheduled = self._scheduled
+        while scheduled and scheduled[0]._cancelled:
+            self._timer_cancelled_count -= 1
+            heapq.heappop(scheduled)._scheduled = False
 
     def _run_once(self) -> None:
         # asyncio's iteration polls the selector every time (an epoll call: a twentieth of generation's time); on
         # virtual time nothing that runs now waits on I/O while a callback or a timer is due, so this one polls only
         # when nothing else can run. The order is asyncio's: the callbacks ready at the start of the iteration and the
         # timers due at its (possibly advanced) time, in heap order, each run once.
+        self._drop_cancelled_head()
         scheduled = self._scheduled
-        while scheduled and scheduled[0]._cancelled:
-            self._timer_cancelled_count -= 1
-            heapq.heappop(scheduled)._scheduled = False
         if not self._ready and not self._stopping:
             if not scheduled:
                 super()._run_once()  # only real I/O (a thread, a socket) can wake the loop: block on it
@@ -121,10 +130,10 @@ class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):
         """Moves the clock ``seconds`` forward at once, from inside a running callback, when a sleep of that long
         would change nothing else: no other callback is ready and no timer is due by then.
 
-        A compute charge is a sleep, and a sleep costs a future, a timer and two passes of the loop (a third of the
-        generator's time went to the loop's machinery); most charges end before anything else is due, and then the
-        caller may simply go on at the later time. A timer due exactly then would fire before a sleep's timer (same
-        time: scheduling order), so only a strictly later one lets the clock jump.
+        A compute charge is a sleep, and a sleep costs a future, a timer and two passes of the loop; nearly every
+        charge of a generated dialogue ends before anything else is due, and then the caller may simply go on at the
+        later time. A timer due exactly then would fire before a sleep's timer (same time: scheduling order), so only
+        a strictly later one lets the clock jump.
 
         Args:
             seconds: The charge.
@@ -134,12 +143,9 @@ class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):
         """
         if self._ready or self._stopping:
             return False
-        target = round(self._now + round(seconds, GRID_DIGITS), GRID_DIGITS)  # where call_later would put it
-        scheduled = self._scheduled
-        while scheduled and scheduled[0]._cancelled:
-            self._timer_cancelled_count -= 1
-            heapq.heappop(scheduled)._scheduled = False
-        if scheduled and scheduled[0]._when <= target:
+        target = self._due(seconds)
+        self._drop_cancelled_head()
+        if self._scheduled and self._scheduled[0]._when <= target:
             return False
         self._now = target
         return True
