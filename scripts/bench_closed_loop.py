@@ -20,7 +20,11 @@ sessions are kept, and a teacher run killed mid-way resumes from its last budget
 4. **on-policy**: for each budget B, the teacher checkpoint after ``(1 - --on-policy-share) * B`` dialogues, then
    ``--rounds`` on-policy rounds (``ClockSFTConfig.on_policy_rounds``: the model plays ``--rollout-sessions``
    training tasks live, the expert labels them, training continues on the mixture) sharing the other dialogues, so
-   both arms train on B; each played live like the teacher's;
+   both arms train on B; each played live like the teacher's. ``--on-policy-arms`` picks the arms: ``on_policy``
+   (the model plays each session to its end; a label at each of its divergences), ``takeover`` (the expert plays
+   each session on from the model's first divergence: recovery demonstrations, ``on_policy_takeover``) and
+   ``restart`` (a round of the teacher's data alone, ``on_policy_weight`` 0 after one rollout session: what the
+   round's fresh optimizer and schedule do without on-policy data);
 5. the teacher's checkpoints played again with plain argmax decoding (no grammar), the largest budget first: the
    grammar's effect. The on-policy arm plays under the grammar only, the default, to keep the run near two hours.
 
@@ -43,6 +47,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "smollm2-135m" / "sft_lora_cpu.yaml"
 DATAGEN = ROOT / "configs" / "datagen" / "demo.yaml"
 PROFILE = "phone-135m"
+# The on-policy arms: what each adds to its rounds' options.
+ON_POLICY_ARMS = {
+    "on_policy": [],
+    "takeover": ["--on_policy_takeover", "true"],
+    "restart": ["--on_policy_weight", "0", "--on_policy_sessions", "1"],
+}
 
 
 class SaveAt(TrainerCallback):
@@ -171,6 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--on-policy-share", type=float, default=0.2, help="share of its steps spent in rounds")
     parser.add_argument("--rollout-sessions", type=int, default=25, help="training tasks each round plays")
     parser.add_argument("--on-policy-weight", type=float, default=0.5, help="rollout examples' share of a round")
+    parser.add_argument(
+        "--on-policy-arms",
+        nargs="+",
+        choices=list(ON_POLICY_ARMS),
+        default=["on_policy", "takeover"],
+        help="on-policy arms to run (see above)",
+    )
     parser.add_argument("--recipe", default=str(RECIPE), help="training YAML (its model unless --model)")
     parser.add_argument("--datagen-config", default=str(DATAGEN))
     parser.add_argument("--model", default=None, help="base model instead of the recipe's")
@@ -207,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             "on_policy_share": args.on_policy_share,
             "rollout_sessions": args.rollout_sessions,
             "on_policy_weight": args.on_policy_weight,
+            "on_policy_arms": args.on_policy_arms,
             "rows": rows,
             "seconds": round(time.monotonic() - started, 1),
         }
@@ -243,16 +261,17 @@ def main(argv: list[str] | None = None) -> int:
     teacher = {budget: teacher_dir / f"checkpoint-{steps[budget]}" for budget in budgets}
     for budget in budgets:
         evaluate("teacher", budget, teacher[budget], constrained=True)
-    for budget, (teacher_steps, per_round) in starts.items():
-        arm_dir = out / f"on_policy-{budget}"
-        extra = [
-            "--resume_from_checkpoint", str(teacher_dir / f"checkpoint-{teacher_steps}"),
-            "--on_policy_rounds", str(args.rounds), "--on_policy_steps", str(per_round),
-            "--on_policy_sessions", str(args.rollout_sessions), "--on_policy_weight", str(args.on_policy_weight),
-            "--on_policy_profile", PROFILE,
-        ]  # fmt: skip
-        _train(*_recipe_args(args, train_dir, arm_dir, teacher_steps, extra))
-        evaluate("on_policy", budget, arm_dir, constrained=True)
+    for arm in args.on_policy_arms:
+        for budget, (teacher_steps, per_round) in starts.items():
+            arm_dir = out / f"{arm}-{budget}"
+            extra = [
+                "--resume_from_checkpoint", str(teacher_dir / f"checkpoint-{teacher_steps}"),
+                "--on_policy_rounds", str(args.rounds), "--on_policy_steps", str(per_round),
+                "--on_policy_sessions", str(args.rollout_sessions), "--on_policy_weight", str(args.on_policy_weight),
+                "--on_policy_profile", PROFILE, *ON_POLICY_ARMS[arm],
+            ]  # fmt: skip
+            _train(*_recipe_args(args, train_dir, arm_dir, teacher_steps, extra))
+            evaluate(arm, budget, arm_dir, constrained=True)
     for budget in reversed(budgets):  # the largest first: the grammar's effect where the models are best
         evaluate("teacher", budget, teacher[budget], constrained=False)
 

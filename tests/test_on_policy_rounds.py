@@ -99,6 +99,19 @@ def test_a_round_writes_its_rollout_trains_its_steps_on_the_mixture_and_is_recor
     assert (out / "adapter_model.safetensors").is_file() and (out / "round-1" / "adapter_model.safetensors").is_file()
 
 
+def test_a_round_with_takeover_hands_every_session_the_untrained_model_gets_wrong_to_the_expert(setup):
+    root, model_dir, data = setup
+    backends, probe = Backends(), Probe()
+    out = root / "takeover"
+    train(model_dir, data, out, backends, probe, "--on_policy_takeover", "true")
+    (round_record,) = read_training_record(out)["on_policy_rounds"]
+    assert json.loads((out / "round-1" / "rollout" / "settings.json").read_text())["takeover"] is True
+    # The untrained model's first action is never the expert's: the expert plays every session on, and the data
+    # holds each session's label at that action and the expert's recovery after it.
+    assert round_record["taken_over"] == SESSIONS and round_record["completed"] == 0
+    assert round_record["examples"] == 2 * SESSIONS and backends.sessions == SESSIONS
+
+
 def test_a_run_stopped_in_its_rollout_and_started_again_resumes_it_and_writes_the_same_data(setup, whole):
     root, model_dir, data = setup
     out = root / "stopped"

@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -17,15 +18,17 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from clocktune.encoding import extend_tokenizer
 from clocktune.render import IGNORE_INDEX, render
 from clocktune.runtime.play import run_policy
+from clocktune.runtime.policy import PolicySpec
 from clocktune.runtime.policy_factories import policy_factory
 from clocktune.runtime.session import SessionConfig
 from clocktune.timeline.events import AGENT_KINDS
 from clocktune.timeline.validate import validate_timeline
-from clocktune.train.rollout import label_session
+from clocktune.train.rollout import TakeoverPolicy, label_session, rollout, takeover_factory
 from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
 from data_gen.dialogues import select_domains
 from data_gen.expert import expert_factory
+from data_gen.expert.perturb import RECOVERABLE_PERTURBATIONS, PerturbedExpert
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,6 +92,59 @@ def test_a_diverging_student_is_labelled_with_the_experts_action_and_its_own_act
         assert len(trained_log_events) <= labelled.agreed
     # Where the words settle nothing early (a late intent) the two agree throughout; elsewhere they part.
     assert diverged_sessions >= len(timelines) // 2
+
+
+def test_a_student_taken_over_at_its_first_mistake_leaves_the_expert_to_finish_and_its_recovery_carries_loss(
+    generated, experts, tmp_path
+):
+    tokenizer = _extended_tokenizer()
+    timelines = generated[0][:80]
+    fuzzers: dict[str, PerturbedExpert] = {}
+
+    def student(timeline):
+        # The expert with one wrong action a session at most (a wrong tool or arguments, a missed or a spurious
+        # call): the mistakes after which the expert can always still finish.
+        rng = random.Random(f"student:{timeline.id}")
+        fuzzers[timeline.id] = PerturbedExpert(experts(timeline), timeline, RECOVERABLE_PERTURBATIONS, rng, budget=1)
+        return fuzzers[timeline.id]
+
+    policies: list[TakeoverPolicy] = []
+
+    def played(timeline):
+        policies.append(takeover_factory(student, experts)(timeline))
+        return policies[-1]
+
+    run = run_policy("student", timelines, played, make_backend, SessionConfig())
+    taken_over = 0
+    for timeline, log, result, policy in zip(timelines, run.logs, run.results, policies, strict=True):
+        fuzzer = fuzzers[timeline.id]
+        assert policy.taken_over == bool(fuzzer.own_event_ids or fuzzer.applied), timeline.id
+        # The expert finishes the task from the state the student's mistake made, and releases nothing wrong.
+        assert log.end_reason == "done" and result.accurate and result.side_effect_violations == 0, timeline.id
+        labelled = label_session(log.timeline, experts(timeline))
+        if not policy.taken_over:
+            assert labelled.agreed == labelled.decisions and len(labelled.examples) == 1
+            continue
+        taken_over += 1
+        # One divergence, the student's mistake; the expert that labels agrees with every action after it.
+        assert labelled.agreed == labelled.decisions - 1, timeline.id
+        cut, whole = labelled.examples
+        assert whole.events == log.timeline.events
+        mistake = set(fuzzer.own_event_ids)
+        after = [event.id for event in log.timeline.events[len(cut.events) :] if event.kind in AGENT_KINDS]
+        assert after, timeline.id  # the recovery: the expert's actions after the mistake
+        trained = _trained_ids(whole, tokenizer)
+        assert set(after) - mistake <= trained and not mistake & trained
+        assert cut.events[-1].id in _trained_ids(cut, tokenizer)  # the label at the mistake
+    assert taken_over >= len(timelines) // 4
+
+    spec = PolicySpec("student", student, "fuzzed")
+    summary = rollout(
+        timelines, spec, experts, make_backend, SessionConfig(), tmp_path, {}, progress=False, takeover=True
+    )
+    assert summary.taken_over == taken_over
+    assert summary.completed == len(timelines) - taken_over  # what the student completed without the expert
+    assert summary.examples == len(timelines) + taken_over
 
 
 def _tiny_checkpoint(path: Path) -> None:

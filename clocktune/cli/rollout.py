@@ -59,11 +59,14 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "constrained": args.constrained,
         "draft": args.draft,
     }
-    summary = rollout(timelines, student, experts, make_backend, session_config, args.out, settings)
+    summary = rollout(
+        timelines, student, experts, make_backend, session_config, args.out, settings, takeover=args.takeover
+    )
     print(
         f"{summary.sessions} sessions: the student completed {summary.completed} live "
         f"({summary.live_accuracy:.2f}), took the expert's action at {summary.agreed} of {summary.decisions} "
         f"decision points; {summary.examples} examples, labels {summary.labels}"
+        + (f"; the expert took over {summary.taken_over} sessions" if args.takeover else "")
     )
     add_decoding_summary(Path(args.out) / "decoding.json", {"student": student.factory})
     print(f"wrote {args.out}/data/rollouts.jsonl, {args.out}/summary.json and {args.out}/decoding.json")
@@ -97,6 +100,12 @@ def add_rollout_parser(sub: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="the student decodes under the grammar of valid actions (--no-constrained: the plain argmax)",
+    )
+    rollout.add_argument(
+        "--takeover",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="the expert plays each session on from the student's first divergence (recovery demonstrations)",
     )
     rollout.add_argument(
         "--draft",

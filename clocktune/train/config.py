@@ -127,6 +127,10 @@ class ClockSFTConfig(SFTConfig):
         on_policy_profile (`str`, *optional*, defaults to `"phone-135m"`):
             Compute profile the virtual clock of the rollouts charges: a built-in profile or a profile YAML, as for
             `live_eval_profile`.
+        on_policy_takeover (`bool`, *optional*, defaults to `False`):
+            The expert plays each rollout session on from the model's first action that is not its own
+            (`clocktune.train.rollout.TakeoverPolicy`), so that the round's data holds the expert's recovery from
+            the model's mistake (a recovery demonstration) instead of the model's later actions.
     """
 
     time_codec: str = field(
@@ -179,6 +183,9 @@ class ClockSFTConfig(SFTConfig):
     )
     on_policy_profile: str = field(
         default="phone-135m", metadata={"help": "Device profile of the rollouts: a built-in name or a YAML."}
+    )
+    on_policy_takeover: bool = field(
+        default=False, metadata={"help": "The expert plays each rollout on from the model's first divergence."}
     )
 
     # SFTConfig fields whose defaults differ here.

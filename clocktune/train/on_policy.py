@@ -4,7 +4,8 @@ it did, and training continues on a mixture of those examples and the teacher's 
 With ``on_policy_rounds`` = R above 0, :func:`clocktune.train.sft.main` trains as usual, then runs R rounds
 (:func:`train_rounds`). Round r:
 
-1. plays ``on_policy_sessions`` training tasks with the model in memory on the virtual clock and labels them
+1. plays ``on_policy_sessions`` training tasks with the model in memory on the virtual clock (with
+   ``on_policy_takeover``, the expert plays each on from the model's first divergence) and labels them
    (:func:`clocktune.train.rollout.rollout`: a progress bar, sessions journaled in ``output_dir/round-{r}/rollout``,
    so a killed rollout resumes where it stopped and writes the same data). Round r plays the slice of the tasks
    after round r-1's, wrapping around, so that the rounds label different dialogues;
@@ -251,6 +252,7 @@ def rollout_metrics(round_number: int, summary: RolloutSummary, mixed: int) -> d
         f"{ON_POLICY_PREFIX}agreed": summary.agreed,
         f"{ON_POLICY_PREFIX}agreement": agreement,
         f"{ON_POLICY_PREFIX}examples": summary.examples,
+        f"{ON_POLICY_PREFIX}taken_over": summary.taken_over,
         f"{ON_POLICY_PREFIX}mixture_examples": mixed,
     }
 
@@ -344,7 +346,16 @@ def _play_round(
         with torch.random.fork_rng(devices=devices), torch.no_grad():
             student = policy_spec(STUDENT, source, loaded=(model, tokenizer), constrained=args.constrained_decoding)
             session_config = SessionConfig(device=inputs.device)
-            return rollout(tasks, student, inputs.experts, inputs.backends, session_config, folder, settings)
+            return rollout(
+                tasks,
+                student,
+                inputs.experts,
+                inputs.backends,
+                session_config,
+                folder,
+                settings,
+                takeover=args.on_policy_takeover,
+            )
     except SettingsMismatchError as error:
         raise SettingsMismatchError(
             f"{error}. Round {round_number}'s rollout was started by other weights or settings than the model now "
@@ -420,6 +431,7 @@ def train_rounds(
             f"round {round_number}: {summary.sessions} sessions, the model completed {summary.completed} live "
             f"({summary.live_accuracy:.2f}), took the expert's action at {summary.agreed} of {summary.decisions} "
             f"decision points; {summary.examples} examples"
+            + (f"; the expert took over {summary.taken_over} sessions" if args.on_policy_takeover else "")
         )
         rollouts = _rollout_dataset(args, round_number, tokenizer, model_format)
         dataset = mixture(teacher, rollouts, args.on_policy_weight, args.seed)

@@ -20,6 +20,14 @@ student act and to label the states *it* reaches with the expert's action there.
    own divergent actions carry no loss: they are the state it reached, context for the label, never a target.
    What follows the last divergence is one more example: the whole log, loss on the agreeing actions after it.
 
+With ``takeover`` the student plays only until its first decision that is not the expert's
+(:class:`TakeoverPolicy`): that action stands, and the expert plays the rest of the session from the state the
+student's mistake made: cancel or modify a wrong call, make a missed one, commit what is right, answer. Labelled as
+above, such a session gives the label at the mistake (the log up to it, then the expert's action) and the whole
+session with loss on the expert's actions after it: a **recovery demonstration**, which a session cut at each label
+never shows (the student's later mistakes go unlabelled instead). The student stops deciding at the takeover, so
+a rollout costs fewer model actions.
+
 The examples are rendered by the same renderer as generated data and join the next round's training data
 (``clocktune train`` with both folders in ``dataset_name``).
 """
@@ -35,14 +43,14 @@ from pathlib import Path
 from clocktune.atomic import atomic_write_text
 from clocktune.runtime.journal import RunJournal
 from clocktune.runtime.play import run_policy
-from clocktune.runtime.policy import Policy, PolicyFactory, PolicySpec
+from clocktune.runtime.policy import Decision, Policy, PolicyFactory, PolicySpec
 from clocktune.runtime.session import SessionConfig
 from clocktune.settings_stamp import stamp_settings
 from clocktune.timeline.events import AGENT_KINDS, ON_POLICY_TEACHER, Event, Timeline
 from clocktune.timeline.io import write_timelines
 from clocktune.tools import BackendFactory
 
-__all__ = ["RolloutSummary", "label_session", "rollout"]
+__all__ = ["RolloutSummary", "TakeoverPolicy", "label_session", "rollout", "takeover_factory"]
 
 INVALID_ACTION = "invalid action: "  # the start of the notice a session logs for an action it refused
 
@@ -70,6 +78,88 @@ def _same_action(student: Event, label: Event) -> bool:
         return True
     keys = ("kind", "call_id", "name", "arguments", "text", "final")
     return all(getattr(student, key) == getattr(label, key) for key in keys)
+
+
+class TakeoverPolicy:
+    """The student until its first action that is not the expert's, then the expert: a recovery demonstration.
+
+    A copy of the expert shadows the student, fed the session's events one at a time as :func:`label_session` feeds
+    them, and is asked at each of the student's decisions what it would do. Where the student does the same, the
+    copy carries on as the expert. At the first decision where it does not (another action, or an output that is
+    no valid action), the student's action still goes to the session, so that its mistake is in the state; from
+    the next decision on the expert decides, and the student, no longer asked, reads nothing more.
+
+    Args:
+        student: The policy that acts first (a checkpoint's model policy).
+        expert: A fresh expert for the same session's task.
+    """
+
+    io_bound = False
+
+    def __init__(self, student: Policy, expert: Policy) -> None:
+        self.name = student.name
+        self.student = student
+        self.expert = expert
+        self.taken_over = False
+
+    def observe(self, events: list[Event]) -> int:
+        """Feeds the events to the expert, and to the student until the takeover.
+
+        Args:
+            events: What the session logged since the last call.
+
+        Returns:
+            The context tokens read: the student's count until the takeover, the expert's after it.
+        """
+        tokens = 0
+        for event in events:
+            tokens += self.expert.observe([event])
+        return tokens if self.taken_over else self.student.observe(events)
+
+    def act(self, t: float) -> Decision:
+        """The student's action, compared with the expert's; after the first disagreement, the expert's.
+
+        Args:
+            t: Session time of the decision.
+
+        Returns:
+            The decision that goes to the session.
+        """
+        if self.taken_over:
+            return self.expert.act(t)
+        decision = self.student.act(t)
+        candidate = copy.deepcopy(self.expert)
+        label = candidate.act(t).action
+        if decision.action is not None and label is not None:
+            if _same_action(decision.action.to_event("student", t), label.to_event("expert", t)):
+                self.expert = candidate
+                return decision
+        self.taken_over = True
+        self.student.close()  # its KV cache is not read again
+        return decision
+
+    def close(self) -> None:
+        """Releases the student (once) and the expert."""
+        if not self.taken_over:
+            self.student.close()
+        self.expert.close()
+
+
+def takeover_factory(student: PolicyFactory, experts: PolicyFactory) -> PolicyFactory:
+    """A factory of :class:`TakeoverPolicy` sessions.
+
+    Args:
+        student: Builds the student of one session.
+        experts: Builds the expert of one session.
+
+    Returns:
+        ``factory(timeline) -> TakeoverPolicy``.
+    """
+
+    def factory(timeline: Timeline) -> TakeoverPolicy:
+        return TakeoverPolicy(student(timeline), experts(timeline))
+
+    return factory
 
 
 def _decision_points(events: list[Event]) -> list[int]:
@@ -147,11 +237,13 @@ class RolloutSummary:
 
     Args:
         sessions: Sessions played.
-        completed: Of those, tasks the student completed live (its live accuracy on training tasks).
+        completed: Of those, tasks the student completed live (its live accuracy on training tasks); with
+            ``takeover``, those it completed without the expert taking over.
         decisions: The student's decision points.
         agreed: Of those, where it took the expert's action.
         examples: Training timelines written.
         labels: The expert's labels where the student diverged, by action kind.
+        taken_over: Sessions the expert took over (0 without ``takeover``).
     """
 
     sessions: int
@@ -160,6 +252,7 @@ class RolloutSummary:
     agreed: int
     examples: int
     labels: dict[str, int]
+    taken_over: int = 0
 
     @property
     def live_accuracy(self) -> float:
@@ -176,6 +269,7 @@ def rollout(
     out_dir: str | Path,
     settings: dict,
     progress: bool = True,
+    takeover: bool = False,
 ) -> RolloutSummary:
     """Plays the student on each timeline's task, labels its sessions with the expert, writes the examples.
 
@@ -193,6 +287,7 @@ def rollout(
         settings: What determines the output (model stamp, data, limit, profile, expert); a resume with other
             settings is refused.
         progress: Show a progress bar of finished sessions.
+        takeover: The expert plays each session on from the student's first divergence (:class:`TakeoverPolicy`).
 
     Returns:
         The summary.
@@ -201,28 +296,35 @@ def rollout(
         SettingsMismatchError: When ``out_dir`` holds a rollout started with other settings.
     """
     out = Path(out_dir)
-    stamp_settings(out / "settings.json", settings)
+    stamp_settings(out / "settings.json", {**settings, "takeover": takeover})
     (out / "journal").mkdir(parents=True, exist_ok=True)
     (out / "data").mkdir(exist_ok=True)
     journal = RunJournal(out / "journal" / f"{student.name}.jsonl")
-    run = run_policy(student.name, timelines, student.factory, backends, config, 1, progress, journal)
+    factory = takeover_factory(student.factory, experts) if takeover else student.factory
+    run = run_policy(student.name, timelines, factory, backends, config, 1, progress, journal)
     examples: list[Timeline] = []
-    decisions = agreed = 0
+    decisions = agreed = completed = taken_over = 0
     labels: Counter = Counter()
-    for timeline, log in zip(timelines, run.logs, strict=True):
+    for timeline, log, result in zip(timelines, run.logs, run.results, strict=True):
         labelled = label_session(log.timeline, experts(timeline))
         examples += labelled.examples
         decisions += labelled.decisions
         agreed += labelled.agreed
         labels.update(labelled.labels)
+        # Under takeover the first divergence hands the session to the expert: what the student completes alone
+        # is a session without one.
+        diverged = labelled.agreed < labelled.decisions
+        taken_over += takeover and diverged
+        completed += result.accurate and not (takeover and diverged)
     write_timelines(out / "data" / "rollouts.jsonl", examples)
     summary = RolloutSummary(
         sessions=len(timelines),
-        completed=sum(result.accurate for result in run.results),
+        completed=completed,
         decisions=decisions,
         agreed=agreed,
         examples=len(examples),
         labels=dict(labels.most_common()),
+        taken_over=taken_over,
     )
     record = {**asdict(summary), "live_accuracy": summary.live_accuracy, "failures": run.failures()}
     atomic_write_text(out / "summary.json", json.dumps(record, indent=2) + "\n")
