@@ -87,6 +87,8 @@ def test_a_round_writes_its_rollout_trains_its_steps_on_the_mixture_and_is_recor
     # The first training's 2 steps, then the round's 2 on teacher timelines and rollout examples both.
     assert probe.steps == 4 and trainer.state.global_step == 2
     assert trainer.args.output_dir == str(out / "round-1")
+    # Its sampler draws in another order than the first training's, which would re-read that training's timelines.
+    assert trainer.args.data_seed == trainer.args.seed + 1
     mixed = set(trainer.train_dataset["timeline_id"])
     assert mixed & examples and mixed - examples
     logged = next(entry for entry in trainer.state.log_history if "on_policy/live_accuracy" in entry)

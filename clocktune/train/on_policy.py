@@ -9,7 +9,9 @@ With ``on_policy_rounds`` = R above 0, :func:`clocktune.train.sft.main` trains a
    (:func:`clocktune.train.rollout.rollout`: a progress bar, sessions journaled in ``output_dir/round-{r}/rollout``,
    so a killed rollout resumes where it stopped and writes the same data). Round r plays the slice of the tasks
    after round r-1's, wrapping around, so that the rounds label different dialogues;
-2. trains the same model with a fresh ``ClockSFTTrainer`` (fresh optimizer and learning-rate schedule) for
+2. trains the same model with a fresh ``ClockSFTTrainer`` (fresh optimizer and learning-rate schedule, and the
+   sampler seeded with ``data_seed`` (else ``seed``) + r, so that its teacher timelines are not the first training's
+   first ones again) for
    ``on_policy_steps`` steps on a mixture: each example comes from the rollout examples of rounds 1..r with
    probability ``on_policy_weight``, else from the teacher's timelines (``datasets.interleave_datasets``, seeded by
    ``seed``, until both are used up, so every example of both appears at least once). Its checkpoints go to
@@ -435,8 +437,17 @@ def train_rounds(
         )
         rollouts = _rollout_dataset(args, round_number, tokenizer, model_format)
         dataset = mixture(teacher, rollouts, args.on_policy_weight, args.seed)
+        # Another sampler seed each round: with the first training's, a round would draw its teacher timelines in
+        # the same order, so re-train on those the first steps saw instead of reaching new ones (measured: a
+        # round of the teacher's data alone re-read the 100 timelines of steps 1-25, BENCHMARKS.md).
+        data_seed = (args.seed if args.data_seed is None else args.data_seed) + round_number
         round_args = dataclasses.replace(
-            args, output_dir=str(folder), max_steps=steps, resume_from_checkpoint=None, push_to_hub=False
+            args,
+            output_dir=str(folder),
+            max_steps=steps,
+            resume_from_checkpoint=None,
+            push_to_hub=False,
+            data_seed=data_seed,
         )
         trainer = ClockSFTTrainer(
             model=model,
