@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "smollm2-135m" / "sft_lora_cpu.yaml"
 DATAGEN = ROOT / "configs" / "datagen" / "demo.yaml"
 PROFILE = "phone-135m"
-# The on-policy arms: what each adds to its rounds' options.
+# The on-policy arms: what each adds to its rounds' options (after the shared ones: a repeated flag's last value wins).
 ON_POLICY_ARMS = {
     "on_policy": [],
     "takeover": ["--on_policy_takeover", "true"],

@@ -80,6 +80,16 @@ def _same_action(student: Event, label: Event) -> bool:
     return all(getattr(student, key) == getattr(label, key) for key in keys)
 
 
+def _expert_choice(expert: Policy, t: float, event_id: str) -> tuple[Policy, Event | None]:
+    # A copy of the expert asked at ``t``, and its action as an event (``None``: no action). Where the student did
+    # the same, the copy (which now holds that action as its own: its call, its acknowledgement) carries on;
+    # elsewhere the expert never took the action and only observes what the student did. The one definition of
+    # agreement for labelling (label_session) and for handing a session over (TakeoverPolicy).
+    candidate = copy.deepcopy(expert)
+    label = candidate.act(t).action
+    return candidate, None if label is None else label.to_event(event_id, t)
+
+
 class TakeoverPolicy:
     """The student until its first action that is not the expert's, then the expert: a recovery demonstration.
 
@@ -128,12 +138,10 @@ class TakeoverPolicy:
         if self.taken_over:
             return self.expert.act(t)
         decision = self.student.act(t)
-        candidate = copy.deepcopy(self.expert)
-        label = candidate.act(t).action
-        if decision.action is not None and label is not None:
-            if _same_action(decision.action.to_event("student", t), label.to_event("expert", t)):
-                self.expert = candidate
-                return decision
+        candidate, label = _expert_choice(self.expert, t, "expert")
+        if decision.action is not None and label is not None and _same_action(decision.action.to_event("", t), label):
+            self.expert = candidate
+            return decision
         self.taken_over = True
         self.student.close()  # its KV cache is not read again
         return decision
@@ -205,12 +213,8 @@ def label_session(log: Timeline, expert: Policy) -> SessionLabels:
     agreed = 0
     for index, event in enumerate(events):
         if index in points:
-            # The decision saw events[:index]. A copy of the expert answers; where the student did the same, the
-            # copy (which now holds that action as its own: its call, its acknowledgement) carries on, elsewhere the
-            # expert never took the action and only observes what the student did.
-            candidate = copy.deepcopy(expert)
-            label = candidate.act(event.t).action
-            label_event = None if label is None else label.to_event(f"e{index}", event.t)
+            # The decision saw events[:index].
+            candidate, label_event = _expert_choice(expert, event.t, f"e{index}")
             if event.kind in AGENT_KINDS and label_event is not None and _same_action(event, label_event):
                 agreed += 1
                 expert = candidate
@@ -313,9 +317,11 @@ def rollout(
         labels.update(labelled.labels)
         # Under takeover the first divergence hands the session to the expert: what the student completes alone
         # is a session without one.
-        diverged = labelled.agreed < labelled.decisions
-        taken_over += takeover and diverged
-        completed += result.accurate and not (takeover and diverged)
+        handed_over = takeover and labelled.agreed < labelled.decisions
+        if handed_over:
+            taken_over += 1
+        elif result.accurate:
+            completed += 1
     write_timelines(out / "data" / "rollouts.jsonl", examples)
     summary = RolloutSummary(
         sessions=len(timelines),
