@@ -183,10 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--on-policy-weight", type=float, default=0.5, help="rollout examples' share of a round")
     parser.add_argument(
         "--on-policy-arms",
-        nargs="+",
+        nargs="*",
         choices=list(ON_POLICY_ARMS),
         default=["on_policy", "takeover"],
-        help="on-policy arms to run (see above)",
+        help="on-policy arms to run (see above); none: the teacher alone",
+    )
+    parser.add_argument(
+        "--plain", action=argparse.BooleanOptionalAction, default=True, help="also play plain argmax decoding (5.)"
     )
     parser.add_argument("--recipe", default=str(RECIPE), help="training YAML (its model unless --model)")
     parser.add_argument("--datagen-config", default=str(DATAGEN))
@@ -213,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     run_generation(eval_job, num_proc=args.num_proc)
     held_out = load_timeline_files([eval_dir / "data"])
     rows: list[dict] = []
+    bf16 = _recipe_args(args, train_dir, out / "teacher", 1, [])[1].bf16  # the recipe's, resolved on this machine
 
     def record() -> None:
         result = {
@@ -225,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             "rollout_sessions": args.rollout_sessions,
             "on_policy_weight": args.on_policy_weight,
             "on_policy_arms": args.on_policy_arms,
+            "bf16": bf16,
             "rows": rows,
             "seconds": round(time.monotonic() - started, 1),
         }
@@ -272,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             ]  # fmt: skip
             _train(*_recipe_args(args, train_dir, arm_dir, teacher_steps, extra))
             evaluate(arm, budget, arm_dir, constrained=True)
-    for budget in reversed(budgets):  # the largest first: the grammar's effect where the models are best
+    for budget in reversed(budgets) if args.plain else []:  # the largest first: where the models are best
         evaluate("teacher", budget, teacher[budget], constrained=False)
 
     largest = [row for row in rows if row["budget"] == budgets[-1]]

@@ -341,6 +341,53 @@ def test_share_prompt_runs_a_common_prompt_once_with_the_same_loss_and_gradients
         torch.testing.assert_close(grad, full_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_the_loss_and_token_accuracy_count_each_rows_own_labelled_tokens_and_no_others(tmp_path):
+    from clocktune.collate import StreamingCollator
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from clocktune.rendered_dataset import render_timelines
+    from clocktune.train.config import ClockSFTConfig
+    from clocktune.train.trainer import ClockSFTTrainer
+    from data_gen.generate import generate_dialogue
+
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
+    dataset = render_timelines([generate_dialogue(i, 0, GeneratorConfig()) for i in range(3)], tokenizer, "chatml")
+    batch = StreamingCollator(8192, pad_token_id=0, pack=False)([dataset[i] for i in range(3)])
+    labels = batch["labels"][:, 1:]
+    labelled = labels != -100
+    # Rows of other lengths and dialogues: each labels positions the others do not.
+    assert (labelled.any(dim=0) & ~labelled.all(dim=0)).any()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, tie_word_embeddings=False, **TINY)
+    model = LlamaForCausalLM(config)
+    args = ClockSFTConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, max_length=8192, report_to="none",
+        gradient_checkpointing=False, mask_policy="causal",
+    )  # fmt: skip
+    trainer = ClockSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    with torch.no_grad():
+        loss = trainer.compute_loss(model, {key: value.clone() for key, value in batch.items()})
+        # One causal row per timeline, padded at the end: a plain forward reads the same tokens.
+        logits = model(input_ids=batch["input_ids"]).logits[:, :-1]
+    reference = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-5)
+    right = (logits.argmax(dim=-1) == labels) & labelled
+    accuracy = trainer._metrics["train"]["mean_token_accuracy"][-1]
+    assert accuracy == pytest.approx((right.sum() / labelled.sum()).item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_bf16_left_unset_trains_in_bf16_on_a_cpu_only_where_it_has_amx_tiles(tmp_path, monkeypatch, amx):
+    from clocktune.train.config import ClockSFTConfig
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert ClockSFTConfig(output_dir=str(tmp_path), use_cpu=True).bf16 is amx
+    assert ClockSFTConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False).bf16 is False
+    # Without use_cpu on a machine with no GPU, transformers refuses bf16: it stays off.
+    assert ClockSFTConfig(output_dir=str(tmp_path)).bf16 is False
+
+
 def test_a_cached_or_shared_prompt_refuses_gradient_checkpointing(tmp_path):
     from clocktune.train.config import ClockSFTConfig
 

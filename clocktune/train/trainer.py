@@ -156,24 +156,26 @@ class ClockSFTTrainer(SFTTrainer):
         targets_all = labels[:, 1:]
         positions = (targets_all != IGNORE_INDEX).any(dim=0).nonzero().squeeze(-1)
         outputs = model(**inputs, use_cache=bool(prefix), logits_to_keep=positions - prefix)
-        logits = outputs.logits.float()
-        targets = targets_all[:, positions]
-        label_mask = targets != IGNORE_INDEX
+        kept = targets_all[:, positions]
+        labelled = kept != IGNORE_INDEX
+        # `positions` is the union over rows; each row predicts a label at only its own share of them (a quarter
+        # at four timelines a row), so the vocabulary-wide softmax runs on the labelled (row, position) pairs alone.
+        logits = outputs.logits[labelled].float()
+        targets = kept[labelled]
+        actions = meta["action"][:, 1:][:, positions].to(labelled.device)[labelled]
         # One log-softmax serves the loss and the entropy metric.
         log_probs = logits.log_softmax(dim=-1)
-        nll = -log_probs.gather(-1, targets.masked_fill(~label_mask, 0).unsqueeze(-1)).squeeze(-1)
-        nll = nll.masked_fill(~label_mask, 0.0)
-        actions = meta["action"][:, 1:][:, positions].to(label_mask.device)
+        nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         weighted = nll
         if self._action_weights is not None:
             weighted = nll * self._action_weights.to(nll.device, nll.dtype)[actions.long()]
-        num_tokens = label_mask.sum() if num_items_in_batch is None else num_items_in_batch
+        num_tokens = targets.numel() if num_items_in_batch is None else num_items_in_batch
         loss = weighted.sum() / torch.as_tensor(num_tokens, device=nll.device).clamp(min=1)
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * (self.accelerator.num_processes // self.get_tp_size())
 
         with torch.no_grad():
-            self._log_token_metrics(mode, log_probs, nll, label_mask, targets, actions)
+            self._log_token_metrics(mode, log_probs, nll, targets, actions)
         if mode == "train":
             # Padding arrives at time inf; every other position is a token the model processed.
             real_tokens = torch.isfinite(meta["time"]).sum()
@@ -181,22 +183,23 @@ class ClockSFTTrainer(SFTTrainer):
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
         return (loss, outputs) if return_outputs else loss
 
-    def _log_token_metrics(self, mode, log_probs, nll, label_mask, targets, actions) -> None:
-        """Token accuracy and entropy as TRL logs them, plus loss and accuracy per action type."""
+    def _log_token_metrics(self, mode, log_probs, nll, targets, actions) -> None:
+        """Token accuracy and entropy as TRL logs them, plus loss and accuracy per action type (one entry per
+        labelled token)."""
         gather = self.accelerator.gather_for_metrics
-        valid = gather(label_mask.sum()).sum()
+        valid = gather(torch.tensor(targets.numel(), device=targets.device)).sum()
         if valid == 0:
             return
         log_probs = log_probs.detach()
-        is_top1 = (log_probs.argmax(dim=-1) == targets) & label_mask
-        entropy = -(log_probs.exp() * log_probs).sum(dim=-1).masked_fill(~label_mask, 0.0)
+        is_top1 = log_probs.argmax(dim=-1) == targets
+        entropy = -(log_probs.exp() * log_probs).sum(dim=-1)
         self._metrics[mode]["mean_token_accuracy"].append((gather(is_top1.sum()).sum() / valid).item())
         self._metrics[mode]["entropy"].append((gather(entropy.sum()).sum() / valid).item())
         nll = nll.detach()
         for code, name in enumerate(ACTION_TYPES):
             if name == "none":
                 continue
-            selected = label_mask & (actions == code)
+            selected = actions == code
             count = gather(selected.sum()).sum()
             if count == 0:
                 continue
