@@ -18,7 +18,6 @@ SESSIONS = 4
 ROUND = [
     "--on_policy_rounds", "1", "--on_policy_sessions", str(SESSIONS), "--on_policy_steps", "2",
     "--on_policy_weight", "0.5", "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "2",
-    "--max_length", "2048",
 ]  # fmt: skip
 
 
@@ -99,6 +98,22 @@ def test_a_round_writes_its_rollout_trains_its_steps_on_the_mixture_and_is_recor
     assert round_record["sessions"] == SESSIONS and round_record["examples"] == len(rollouts)
     assert 0 <= round_record["agreed"] <= round_record["decisions"]
     assert (out / "adapter_model.safetensors").is_file() and (out / "round-1" / "adapter_model.safetensors").is_file()
+    # The round learned: its model is not the one the first training left.
+    before, after = (
+        load_file(out / "checkpoint-2" / "adapter_model.safetensors"),
+        load_file(out / "adapter_model.safetensors"),
+    )
+    assert any(not before[key].equal(after[key]) for key in before if "lora_B" in key)
+    # The round trained on with the first training's optimizer state: AdamW's step counts run on from 2 to 4.
+    steps = {int(state["step"]) for state in trainer.optimizer.optimizer.state.values()}
+    assert steps == {4} and (out / "round-1" / "optimizer.pt").is_file()
+
+
+def test_a_round_that_restarts_its_optimizer_counts_its_steps_from_zero(setup):
+    root, model_dir, data = setup
+    trainer = train(model_dir, data, root / "restart", Backends(), Probe(), "--on_policy_optimizer", "restart")
+    steps = {int(state["step"]) for state in trainer.optimizer.optimizer.state.values()}
+    assert steps == {2} and not (root / "restart" / "round-1" / "optimizer.pt").exists()
 
 
 def test_a_round_with_takeover_hands_every_session_the_untrained_model_gets_wrong_to_the_expert(setup):
@@ -128,6 +143,9 @@ def test_a_run_stopped_in_its_rollout_and_started_again_resumes_it_and_writes_th
     name = Path("round-1", "rollout", "data", "rollouts.jsonl")
     assert (out / name).read_bytes() == (whole[0] / name).read_bytes()
     final = load_file(out / "adapter_model.safetensors")
+    # The first training's optimizer state came from its checkpoint: the same model as the run that went through.
+    through = load_file(whole[0] / "adapter_model.safetensors")
+    assert final.keys() == through.keys() and all(final[key].equal(through[key]) for key in through)
 
     # Started once more, the finished round is loaded, not played or trained again.
     backends, probe = Backends(), Probe()
@@ -136,9 +154,9 @@ def test_a_run_stopped_in_its_rollout_and_started_again_resumes_it_and_writes_th
     again = load_file(out / "adapter_model.safetensors")
     assert again.keys() == final.keys() and all(again[key].equal(final[key]) for key in final)
     (resumed,) = read_training_record(out)["on_policy_rounds"]
-    (through,) = read_training_record(whole[0])["on_policy_rounds"]
-    assert resumed.pop("data") == str(out / name.parent) and through.pop("data") == str(whole[0] / name.parent)
-    assert resumed == through
+    (ran_through,) = read_training_record(whole[0])["on_policy_rounds"]
+    assert resumed.pop("data") == str(out / name.parent) and ran_through.pop("data") == str(whole[0] / name.parent)
+    assert resumed == ran_through
 
 
 @pytest.mark.parametrize(

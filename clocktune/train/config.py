@@ -12,6 +12,7 @@ from clocktune.rendered_dataset import ACTION_TYPES
 TIME_CODECS = ("text", "abs_bins", "log_delta")
 MODEL_FORMATS = ("qwen2.5", "llama3.2", "chatml")
 MASK_POLICIES = ("streaming", "causal")
+ON_POLICY_OPTIMIZERS = ("continue", "restart")
 
 
 @dataclass
@@ -117,7 +118,7 @@ class ClockSFTConfig(SFTConfig):
             Training tasks each round's rollout plays (at most all of them). Round `r` plays the next slice of the
             training timelines after the earlier rounds' slices, wrapping around at the end.
         on_policy_steps (`int`, *optional*):
-            Optimizer steps of each round's training (a fresh optimizer and learning-rate schedule each round).
+            Optimizer steps of each round's training (a fresh learning-rate schedule each round, warmup included).
             `None` takes `max_steps`.
         on_policy_weight (`float`, *optional*, defaults to `0.5`):
             Share of each round's training examples drawn from the rollout examples of all rounds so far; the rest
@@ -131,6 +132,12 @@ class ClockSFTConfig(SFTConfig):
             The expert plays each rollout session on from the model's first action that is not its own
             (`clocktune.train.rollout.TakeoverPolicy`), so that the round's data holds the expert's recovery from
             the model's mistake (a recovery demonstration) instead of the model's later actions.
+        on_policy_optimizer (`str`, *optional*, defaults to `"continue"`):
+            `continue`: each round trains on with the optimizer state (AdamW's moments and step counts) the phase
+            before it ended with, as one training would; it is saved with each round's model and read from the
+            checkpoint a finished first training is loaded from, so a run started again carries it too.
+            `restart`: each round starts a fresh optimizer, whose first updates are full-size whatever their
+            gradients' noise (measured: a round of the teacher's data alone then lost accuracy, BENCHMARKS.md).
     """
 
     time_codec: str = field(
@@ -186,6 +193,10 @@ class ClockSFTConfig(SFTConfig):
     )
     on_policy_takeover: bool = field(
         default=False, metadata={"help": "The expert plays each rollout on from the model's first divergence."}
+    )
+    on_policy_optimizer: str = field(
+        default="continue",
+        metadata={"help": "continue: rounds keep the optimizer state; restart: a fresh optimizer each round."},
     )
 
     # SFTConfig fields whose defaults differ here.
@@ -272,6 +283,10 @@ class ClockSFTConfig(SFTConfig):
             raise ValueError(
                 "on_policy_weight is the share of each round's examples drawn from the rollouts and must lie in "
                 f"[0, 1], got {self.on_policy_weight}"
+            )
+        if self.on_policy_optimizer not in ON_POLICY_OPTIMIZERS:
+            raise ValueError(
+                f"on_policy_optimizer must be one of {ON_POLICY_OPTIMIZERS}, got {self.on_policy_optimizer!r}"
             )
         if not self.on_policy_expert:
             raise ValueError("on_policy_expert must name the expert strategy that labels the rollouts")

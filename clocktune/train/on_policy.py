@@ -9,9 +9,9 @@ With ``on_policy_rounds`` = R above 0, :func:`clocktune.train.sft.main` trains a
    (:func:`clocktune.train.rollout.rollout`: a progress bar, sessions journaled in ``output_dir/round-{r}/rollout``,
    so a killed rollout resumes where it stopped and writes the same data). Round r plays the slice of the tasks
    after round r-1's, wrapping around, so that the rounds label different dialogues;
-2. trains the same model with a fresh ``ClockSFTTrainer`` (fresh optimizer and learning-rate schedule, and the
-   sampler seeded with ``data_seed`` (else ``seed``) + r, so that its teacher timelines are not the first training's
-   first ones again) for
+2. trains the same model with a fresh ``ClockSFTTrainer`` (a fresh learning-rate schedule; the optimizer state the
+   phase before ended with, unless ``on_policy_optimizer`` is ``restart``; the sampler seeded with ``data_seed``
+   (else ``seed``) + r, so that its teacher timelines are not the first training's first ones again) for
    ``on_policy_steps`` steps on a mixture: each example comes from the rollout examples of rounds 1..r with
    probability ``on_policy_weight``, else from the teacher's timelines (``datasets.interleave_datasets``, seeded by
    ``seed``, until both are used up, so every example of both appears at least once). Its checkpoints go to
@@ -65,6 +65,7 @@ __all__ = [
     "OnPolicyInputs",
     "RoundsResult",
     "last_finished_round",
+    "load_optimizer_state",
     "mixture",
     "prepare_on_policy",
     "round_dir",
@@ -290,15 +291,46 @@ class RoundsResult:
     global_step: int = 0
 
 
-def _release(trainer: Trainer) -> None:
-    # The next phase trains with a fresh optimizer: drop this one's moments (for a full fine-tune, twice the
-    # weights) before the rollout needs the memory for its KV caches.
+def _release(trainer: Trainer, keep_optimizer: bool) -> torch.optim.Optimizer | None:
+    """Frees what the phase that ends holds before the rollout needs the memory for its KV caches; returns the bare
+    optimizer (accelerate's wrapper taken off, as the next trainer prepares it again) when it is kept."""
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer) if keep_optimizer else None
+    # With a fresh optimizer next, this one's moments (for a full fine-tune, twice the weights) go now.
     trainer.accelerator.free_memory()
     trainer.optimizer = None
     trainer.lr_scheduler = None
+    return optimizer
 
 
-def train_from(trainer: Trainer, checkpoint: str | None) -> None:
+def load_optimizer_state(trainer: Trainer, folder: str | Path) -> bool:
+    """Creates the trainer's optimizer with the state saved in ``folder`` (the Trainer's ``optimizer.pt``).
+
+    Args:
+        trainer: Its model is the one the state was saved for.
+        folder: A checkpoint or a round's folder.
+
+    Returns:
+        Whether ``folder`` held a state (a checkpoint saved with ``save_only_model`` holds none).
+    """
+    from transformers.trainer import OPTIMIZER_NAME
+
+    path = Path(folder) / OPTIMIZER_NAME
+    if not path.is_file():
+        return False
+    trainer.create_optimizer()
+    trainer.optimizer.load_state_dict(torch.load(path, map_location=trainer.args.device, weights_only=True))
+    return True
+
+
+def _save_optimizer_state(optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    from transformers.trainer import OPTIMIZER_NAME
+
+    from clocktune.atomic import atomic_write
+
+    atomic_write(folder / OPTIMIZER_NAME, lambda path: torch.save(optimizer.state_dict(), path))
+
+
+def train_from(trainer: Trainer, checkpoint: str | None, with_optimizer: bool = False) -> None:
     """Trains, resuming from ``checkpoint``; a checkpoint that already holds every step is loaded, not trained.
 
     The Trainer checks ``max_steps`` only after a step, so resuming from a checkpoint at ``max_steps`` (the one it
@@ -308,6 +340,8 @@ def train_from(trainer: Trainer, checkpoint: str | None) -> None:
     Args:
         trainer: The trainer (its ``args.max_steps`` is the run's length).
         checkpoint: A ``checkpoint-N`` folder, or ``None`` to train from the start.
+        with_optimizer: Also load the optimizer state of a checkpoint that is loaded, not trained, so that on-policy
+            rounds can carry it on (``on_policy_optimizer: continue``).
     """
     from transformers.trainer import TRAINER_STATE_NAME
 
@@ -316,6 +350,8 @@ def train_from(trainer: Trainer, checkpoint: str | None) -> None:
         if state.global_step >= trainer.args.max_steps:
             trainer._load_from_checkpoint(checkpoint)
             trainer.state = state
+            if with_optimizer:
+                load_optimizer_state(trainer, checkpoint)
             return
     trainer.train(resume_from_checkpoint=checkpoint)
 
@@ -413,6 +449,7 @@ def train_rounds(
     args: ClockSFTConfig = first.args
     model, tokenizer = first.model, first.processing_class
     trainer, source = first, args.output_dir
+    carry = args.on_policy_optimizer == "continue"
     result = RoundsResult(first, [], first.state.global_step)
     finished = last_finished_round(args)
     if finished:
@@ -420,6 +457,8 @@ def train_rounds(
         first.accelerator.print(f"On-policy rounds 1..{finished} are finished: loading the model of {folder}")
         # The Trainer's own loader, as a resume reads a checkpoint: full weights, or a PEFT adapter with its rows.
         first._load_from_checkpoint(str(folder))
+        if carry:
+            load_optimizer_state(first, folder)
         saved = read_training_record(folder)
         result.rounds = list(saved.get("on_policy_rounds", []))
         result.global_step = int(saved.get("max_steps", 0))
@@ -427,7 +466,12 @@ def train_rounds(
     steps = args.max_steps if args.on_policy_steps is None else args.on_policy_steps
     for round_number in range(finished + 1, args.on_policy_rounds + 1):
         folder = round_dir(args.output_dir, round_number)
-        _release(trainer)
+        optimizer = _release(trainer, keep_optimizer=carry)
+        if carry and optimizer is None:
+            trainer.accelerator.print(
+                f"round {round_number}: the phase before it left no optimizer state (a checkpoint saved without "
+                "one?): the round starts a fresh optimizer"
+            )
         summary = _play_round(model, tokenizer, inputs, args, round_number, result.global_step, source)
         trainer.accelerator.print(
             f"round {round_number}: {summary.sessions} sessions, the model completed {summary.completed} live "
@@ -456,6 +500,9 @@ def train_rounds(
             eval_dataset=eval_dataset,
             processing_class=tokenizer,
             callbacks=list(callbacks or []),
+            # A new schedule (its warmup too) over the moments the phase before built up; a checkpoint of this
+            # round that training resumes from loads its own state into the same optimizer.
+            optimizers=(optimizer, None),
         )
         if live_eval is not None:
             timelines, device = live_eval
@@ -485,6 +532,8 @@ def train_rounds(
             }
         )
         trainer.save_model(str(folder))
+        if carry and trainer.accelerator.is_main_process:
+            _save_optimizer_state(getattr(trainer.optimizer, "optimizer", trainer.optimizer), folder)
         if trainer.accelerator.is_main_process:
             # Written last: its presence marks the round finished for a run started again.
             write_training_record(folder, **record, max_steps=result.global_step, on_policy_rounds=list(result.rounds))

@@ -209,7 +209,8 @@ def main(
             checkpoint = get_last_checkpoint(training_args.output_dir)
         if checkpoint is not None:
             trainer.accelerator.print(f"Resuming from {checkpoint}")
-        train_from(trainer, checkpoint)
+        carry = on_policy is not None and training_args.on_policy_optimizer == "continue"
+        train_from(trainer, checkpoint, with_optimizer=carry)
     facts = {"max_steps": trainer.state.global_step}
     if on_policy is not None:
         rounds = train_rounds(
