@@ -24,7 +24,8 @@ sessions are kept, and a teacher run killed mid-way resumes from its last budget
    (the model plays each session to its end; a label at each of its divergences), ``takeover`` (the expert plays
    each session on from the model's first divergence: recovery demonstrations, ``on_policy_takeover``) and
    ``restart`` (a round of the teacher's data alone, ``on_policy_weight`` 0 after one rollout session: what the
-   round's fresh optimizer and schedule do without on-policy data);
+   round's new schedule, and its optimizer, do without on-policy data). ``--on-policy-optimizer`` says whether the
+   rounds carry the teacher checkpoint's optimizer state on (``continue``, the default) or start a fresh one;
 5. the teacher's checkpoints played again with plain argmax decoding (no grammar), the largest budget first: the
    grammar's effect. The on-policy arm plays under the grammar only, the default, to keep the run near two hours.
 
@@ -182,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollout-sessions", type=int, default=25, help="training tasks each round plays")
     parser.add_argument("--on-policy-weight", type=float, default=0.5, help="rollout examples' share of a round")
     parser.add_argument(
+        "--on-policy-optimizer",
+        choices=["continue", "restart"],
+        default="continue",
+        help="rounds keep the teacher checkpoint's optimizer state, or start a fresh one (on_policy_optimizer)",
+    )
+    parser.add_argument(
         "--on-policy-arms",
         nargs="*",
         choices=list(ON_POLICY_ARMS),
@@ -229,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             "rollout_sessions": args.rollout_sessions,
             "on_policy_weight": args.on_policy_weight,
             "on_policy_arms": args.on_policy_arms,
+            "on_policy_optimizer": args.on_policy_optimizer,
             "bf16": bf16,
             "rows": rows,
             "seconds": round(time.monotonic() - started, 1),
@@ -273,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--resume_from_checkpoint", str(teacher_dir / f"checkpoint-{teacher_steps}"),
                 "--on_policy_rounds", str(args.rounds), "--on_policy_steps", str(per_round),
                 "--on_policy_sessions", str(args.rollout_sessions), "--on_policy_weight", str(args.on_policy_weight),
-                "--on_policy_profile", PROFILE, *ON_POLICY_ARMS[arm],
+                "--on_policy_profile", PROFILE, "--on_policy_optimizer", args.on_policy_optimizer, *ON_POLICY_ARMS[arm],
             ]  # fmt: skip
             _train(*_recipe_args(args, train_dir, arm_dir, teacher_steps, extra))
             evaluate(arm, budget, arm_dir, constrained=True)
