@@ -276,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         evaluate("teacher", budget, teacher[budget], constrained=True)
     for arm in args.on_policy_arms:
         for budget, (teacher_steps, per_round) in starts.items():
-            arm_dir = out / f"{arm}-{budget}"
+            # A fresh optimizer is another arm, in a folder of its own beside the one that carries the state on.
+            name = arm if args.on_policy_optimizer == "continue" else f"{arm}_fresh_optimizer"
+            arm_dir = out / f"{name}-{budget}"
             extra = [
                 "--resume_from_checkpoint", str(teacher_dir / f"checkpoint-{teacher_steps}"),
                 "--on_policy_rounds", str(args.rounds), "--on_policy_steps", str(per_round),
@@ -284,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--on_policy_profile", PROFILE, "--on_policy_optimizer", args.on_policy_optimizer, *ON_POLICY_ARMS[arm],
             ]  # fmt: skip
             _train(*_recipe_args(args, train_dir, arm_dir, teacher_steps, extra))
-            evaluate(arm, budget, arm_dir, constrained=True)
+            evaluate(name, budget, arm_dir, constrained=True)
     for budget in reversed(budgets) if args.plain else []:  # the largest first: where the models are best
         evaluate("teacher", budget, teacher[budget], constrained=False)
 
