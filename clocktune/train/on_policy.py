@@ -291,10 +291,15 @@ class RoundsResult:
     global_step: int = 0
 
 
+def _bare_optimizer(trainer: Trainer) -> torch.optim.Optimizer | None:
+    # A trainer that trained holds accelerate's wrapper; the next trainer prepares the bare optimizer again.
+    return getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+
+
 def _release(trainer: Trainer, keep_optimizer: bool) -> torch.optim.Optimizer | None:
-    """Frees what the phase that ends holds before the rollout needs the memory for its KV caches; returns the bare
-    optimizer (accelerate's wrapper taken off, as the next trainer prepares it again) when it is kept."""
-    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer) if keep_optimizer else None
+    """Frees what the phase that ends holds before the rollout needs the memory for its KV caches; returns its bare
+    optimizer when it is kept."""
+    optimizer = _bare_optimizer(trainer) if keep_optimizer else None
     # With a fresh optimizer next, this one's moments (for a full fine-tune, twice the weights) go now.
     trainer.accelerator.free_memory()
     trainer.optimizer = None
@@ -533,7 +538,7 @@ def train_rounds(
         )
         trainer.save_model(str(folder))
         if carry and trainer.accelerator.is_main_process:
-            _save_optimizer_state(getattr(trainer.optimizer, "optimizer", trainer.optimizer), folder)
+            _save_optimizer_state(_bare_optimizer(trainer), folder)
         if trainer.accelerator.is_main_process:
             # Written last: its presence marks the round finished for a run started again.
             write_training_record(folder, **record, max_steps=result.global_step, on_policy_rounds=list(result.rounds))
