@@ -44,6 +44,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from clocktune.train.config import ON_POLICY_OPTIMIZERS
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "smollm2-135m" / "sft_lora_cpu.yaml"
 DATAGEN = ROOT / "configs" / "datagen" / "demo.yaml"
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--on-policy-weight", type=float, default=0.5, help="rollout examples' share of a round")
     parser.add_argument(
         "--on-policy-optimizer",
-        choices=["continue", "restart"],
+        choices=ON_POLICY_OPTIMIZERS,
         default="continue",
         help="rounds keep the teacher checkpoint's optimizer state, or start a fresh one (on_policy_optimizer)",
     )

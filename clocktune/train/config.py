@@ -303,8 +303,8 @@ class ClockSFTConfig(SFTConfig):
 def cpu_has_amx() -> bool:
     """Whether this CPU has AMX tiles, on which bf16 mixed precision pays.
 
-    Measured here (BENCHMARKS.md, "Training step"): with AMX a bf16 matmul runs about 7x the float32 rate and a LoRA
-    step of the embedded model about 1.5x; on a CPU with AVX-512 BF16 but no AMX the same step was 1.5x *slower* in
+    Measured here (BENCHMARKS.md, "Training step"): with AMX a bf16 matmul ran 7.1x the float32 rate and the closed-loop
+    benchmark's LoRA step of the embedded model 1.43x; on a CPU with AVX-512 BF16 but no AMX the same step was 1.5x *slower* in
     bf16 than in float32. torch names the check privately (``torch.cpu._is_amx_tile_supported``); a torch without it
     counts as no AMX.
 

@@ -65,7 +65,6 @@ __all__ = [
     "OnPolicyInputs",
     "RoundsResult",
     "last_finished_round",
-    "load_optimizer_state",
     "mixture",
     "prepare_on_policy",
     "round_dir",
@@ -307,24 +306,15 @@ def _release(trainer: Trainer, keep_optimizer: bool) -> torch.optim.Optimizer | 
     return optimizer
 
 
-def load_optimizer_state(trainer: Trainer, folder: str | Path) -> bool:
-    """Creates the trainer's optimizer with the state saved in ``folder`` (the Trainer's ``optimizer.pt``).
-
-    Args:
-        trainer: Its model is the one the state was saved for.
-        folder: A checkpoint or a round's folder.
-
-    Returns:
-        Whether ``folder`` held a state (a checkpoint saved with ``save_only_model`` holds none).
-    """
+def _load_optimizer_state(trainer: Trainer, folder: str | Path) -> None:
+    # Creates the trainer's optimizer with the state saved in `folder` (the Trainer's optimizer.pt). A checkpoint
+    # saved with `save_only_model` holds none: the trainer then keeps none, and the round says it starts fresh.
     from transformers.trainer import OPTIMIZER_NAME
 
     path = Path(folder) / OPTIMIZER_NAME
-    if not path.is_file():
-        return False
-    trainer.create_optimizer()
-    trainer.optimizer.load_state_dict(torch.load(path, map_location=trainer.args.device, weights_only=True))
-    return True
+    if path.is_file():
+        trainer.create_optimizer()
+        trainer.optimizer.load_state_dict(torch.load(path, map_location=trainer.args.device, weights_only=True))
 
 
 def _save_optimizer_state(optimizer: torch.optim.Optimizer, folder: Path) -> None:
@@ -356,7 +346,7 @@ def train_from(trainer: Trainer, checkpoint: str | None, with_optimizer: bool = 
             trainer._load_from_checkpoint(checkpoint)
             trainer.state = state
             if with_optimizer:
-                load_optimizer_state(trainer, checkpoint)
+                _load_optimizer_state(trainer, checkpoint)
             return
     trainer.train(resume_from_checkpoint=checkpoint)
 
@@ -463,7 +453,7 @@ def train_rounds(
         # The Trainer's own loader, as a resume reads a checkpoint: full weights, or a PEFT adapter with its rows.
         first._load_from_checkpoint(str(folder))
         if carry:
-            load_optimizer_state(first, folder)
+            _load_optimizer_state(first, folder)
         saved = read_training_record(folder)
         result.rounds = list(saved.get("on_policy_rounds", []))
         result.global_step = int(saved.get("max_steps", 0))
