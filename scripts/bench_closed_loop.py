@@ -29,6 +29,12 @@ sessions are kept, and a teacher run killed mid-way resumes from its last budget
 5. the teacher's checkpoints played again with plain argmax decoding (no grammar), the largest budget first: the
    grammar's effect. The on-policy arm plays under the grammar only, the default, to keep the run near two hours.
 
+``--schedule cosine`` trains the teacher once per budget instead, each run the recipe's cosine to 0 over its own
+steps (``teacher_cosine-B``, arm ``teacher_cosine``): an annealed model at every budget, at the cost of the sum of the
+budgets' steps. A constant-rate checkpoint is a draw (neighbouring ones 25 steps apart disagree on about a third of
+the held-out sessions, BENCHMARKS.md); an annealed one is what a user trains. On-policy arms start from a
+constant-rate teacher checkpoint, so they need ``--schedule constant``.
+
 Each result is printed and written to ``results.json`` and ``closed_loop.png`` (live accuracy and speedup against
 budget) as soon as it is measured, so a run stopped early keeps what it measured, in this order of importance.
 """
@@ -71,12 +77,19 @@ class SaveAt(TrainerCallback):
         return control
 
 
-def _recipe_args(args: argparse.Namespace, train_data: Path, output_dir: Path, max_steps: int, extra: list[str]):
+def _recipe_args(
+    args: argparse.Namespace,
+    train_data: Path,
+    output_dir: Path,
+    max_steps: int,
+    extra: list[str],
+    scheduler: str = "constant_with_warmup",
+):
     from clocktune.train.sft import make_parser
 
     overrides = [
         "--train_data", str(train_data), "--output_dir", str(output_dir), "--max_steps", str(max_steps),
-        "--max_timelines", str(args.train_dialogues), "--lr_scheduler_type", "constant_with_warmup",
+        "--max_timelines", str(args.train_dialogues), "--lr_scheduler_type", scheduler,
         "--save_strategy", "no", "--save_total_limit", "1000000", "--cache_prompt", "true",
         "--share_prompt", "true", "--per_device_train_batch_size", str(args.rows),
     ]  # fmt: skip
@@ -200,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plain", action=argparse.BooleanOptionalAction, default=True, help="also play plain argmax decoding (5.)"
     )
+    parser.add_argument(
+        "--schedule",
+        choices=["constant", "cosine"],
+        default="constant",
+        help="constant: one teacher run, a checkpoint per budget; cosine: one annealed run per budget (see above)",
+    )
     parser.add_argument("--recipe", default=str(RECIPE), help="training YAML (its model unless --model)")
     parser.add_argument("--datagen-config", default=str(DATAGEN))
     parser.add_argument("--model", default=None, help="base model instead of the recipe's")
@@ -208,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     budgets = sorted(set(args.budgets))
     if any(budget % args.rows for budget in budgets):
         parser.error(f"--budgets {budgets}: each must be a multiple of --rows {args.rows}")
+    if args.schedule == "cosine" and args.on_policy_arms:
+        parser.error("--schedule cosine: the on-policy arms start from a constant-rate teacher; pass --on-policy-arms")
 
     from clocktune.atomic import atomic_write_text
     from clocktune.rendered_dataset import load_timeline_files
@@ -240,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             "on_policy_arms": args.on_policy_arms,
             "on_policy_optimizer": args.on_policy_optimizer,
             "bf16": bf16,
+            "schedule": args.schedule,
             "rows": rows,
             "seconds": round(time.monotonic() - started, 1),
         }
@@ -271,11 +293,17 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     teacher_dir = out / "teacher"
-    saves = set(steps.values()) | {teacher_steps for teacher_steps, _ in starts.values()}
-    _train(*_recipe_args(args, train_dir, teacher_dir, steps[budgets[-1]], []), callbacks=[SaveAt(saves)])
-    teacher = {budget: teacher_dir / f"checkpoint-{steps[budget]}" for budget in budgets}
+    teacher_arm = "teacher" if args.schedule == "constant" else "teacher_cosine"
+    if args.schedule == "constant":
+        saves = set(steps.values()) | {teacher_steps for teacher_steps, _ in starts.values()}
+        _train(*_recipe_args(args, train_dir, teacher_dir, steps[budgets[-1]], []), callbacks=[SaveAt(saves)])
+        teacher = {budget: teacher_dir / f"checkpoint-{steps[budget]}" for budget in budgets}
+    else:
+        teacher = {budget: out / f"teacher_cosine-{budget}" for budget in budgets}
     for budget in budgets:
-        evaluate("teacher", budget, teacher[budget], constrained=True)
+        if args.schedule == "cosine":  # each budget its own annealed run, evaluated as soon as it is trained
+            _train(*_recipe_args(args, train_dir, teacher[budget], steps[budget], [], scheduler="cosine"))
+        evaluate(teacher_arm, budget, teacher[budget], constrained=True)
     for arm in args.on_policy_arms:
         for budget, (teacher_steps, per_round) in starts.items():
             # A fresh optimizer is another arm, in a folder of its own beside the one that carries the state on.
@@ -290,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             _train(*_recipe_args(args, train_dir, arm_dir, teacher_steps, extra))
             evaluate(name, budget, arm_dir, constrained=True)
     for budget in reversed(budgets) if args.plain else []:  # the largest first: where the models are best
-        evaluate("teacher", budget, teacher[budget], constrained=False)
+        evaluate(teacher_arm, budget, teacher[budget], constrained=False)
 
     largest = [row for row in rows if row["budget"] == budgets[-1]]
     best = max(largest, key=lambda row: row["live_accuracy"])

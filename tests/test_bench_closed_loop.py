@@ -1,5 +1,6 @@
 """scripts/bench_closed_loop.py on a tiny model: both arms train the budget, the teacher run keeps the checkpoints
-the arms start from, an arm started from one trains nothing more before its rounds, and the plot is written."""
+the arms start from, an arm started from one trains nothing more before its rounds, a cosine budget anneals to 0, and
+the plot is written."""
 
 import argparse
 import importlib.util
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback
 
 from data_gen.cli import main as datagen
 from tests.tiny_models import TINY
@@ -27,6 +28,25 @@ def bench():
     return module
 
 
+class RateRecorder(TrainerCallback):
+    def __init__(self) -> None:
+        self.rates: list[float] = []
+
+    def on_step_end(self, args, state, control, lr_scheduler=None, **kwargs):
+        self.rates.append(lr_scheduler.get_last_lr()[0])
+
+
+@pytest.fixture
+def tiny_setup(bench, tmp_path):
+    tokenizer = tiny_tokenizer("chatml")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True, **TINY)
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    assert datagen(["generate", "--num", "4", "--seed", "0", "--out", str(tmp_path / "data"), "--quiet"]) == 0
+    return argparse.Namespace(recipe=str(bench.RECIPE), model=str(tmp_path / "tiny"), train_dialogues=4, rows=2)
+
+
 def test_an_on_policy_arm_leaves_the_teacher_where_both_arms_then_train_the_same_budget(bench):
     assert bench.on_policy_start(150, 0.3, 1) == (105, 45)
     teacher_steps, per_round = bench.on_policy_start(10, 0.5, 2)
@@ -36,15 +56,9 @@ def test_an_on_policy_arm_leaves_the_teacher_where_both_arms_then_train_the_same
 
 
 def test_the_teacher_run_keeps_each_budgets_checkpoint_and_an_arm_resumed_from_one_trains_no_step_more(
-    bench, tmp_path
+    bench, tiny_setup, tmp_path
 ):
-    tokenizer = tiny_tokenizer("chatml")
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True, **TINY)
-    LlamaForCausalLM(config).save_pretrained(tmp_path / "tiny")
-    tokenizer.save_pretrained(tmp_path / "tiny")
-    assert datagen(["generate", "--num", "4", "--seed", "0", "--out", str(tmp_path / "data"), "--quiet"]) == 0
-    args = argparse.Namespace(recipe=str(bench.RECIPE), model=str(tmp_path / "tiny"), train_dialogues=4, rows=2)
+    args = tiny_setup
     small = ["--lora_r", "2", "--learning_rate", "1e-2", "--warmup_steps", "0"]
 
     teacher = tmp_path / "teacher"
@@ -59,6 +73,26 @@ def test_the_teacher_run_keeps_each_budgets_checkpoint_and_an_arm_resumed_from_o
     bench._train(*bench._recipe_args(args, tmp_path / "data", arm, 2, resumed))
     saved = load_file(arm / "adapter_model.safetensors")
     assert saved.keys() == at_two.keys() and all(torch.equal(saved[key], at_two[key]) for key in saved)
+
+
+def test_a_cosine_budget_anneals_its_rate_to_zero_at_its_last_step_where_the_constant_run_holds_it(
+    bench, tiny_setup, tmp_path
+):
+    small = ["--lora_r", "2", "--learning_rate", "1e-2", "--warmup_steps", "0"]
+    cosine, constant = RateRecorder(), RateRecorder()
+    data_args, training_args, model_args = bench._recipe_args(
+        tiny_setup, tmp_path / "data", tmp_path / "cosine", 3, small, scheduler="cosine"
+    )
+    bench._train(data_args, training_args, model_args, callbacks=[cosine])
+    bench._train(*bench._recipe_args(tiny_setup, tmp_path / "data", tmp_path / "constant", 3, small), [constant])
+    assert cosine.rates[0] < 1e-2 and cosine.rates[-1] == pytest.approx(0.0, abs=1e-12)
+    assert constant.rates == [1e-2] * 3
+
+
+def test_a_cosine_schedule_refuses_the_on_policy_arms_which_start_from_a_constant_rate_teacher(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--schedule", "cosine", "--on-policy-arms", "takeover", "--out", "unused"])
+    assert "--schedule cosine: the on-policy arms start from a constant-rate teacher" in capsys.readouterr().err
 
 
 def test_the_plot_holds_a_curve_per_arm_and_decoding(bench, tmp_path):
