@@ -1,4 +1,4 @@
-"""The main job on the embedded default, end to end on a CPU in minutes.
+"""The main job on the embedded default, end to end on a CPU in about an hour (two trainings of 22 minutes).
 
     python -m clocktune.cli.demo --out runs/demo        # what `make demo` runs
 
@@ -7,8 +7,8 @@
    model could not learn), and shows one of them (``OUT/timeline.png``);
 2. scores SmolLM2-135M-Instruct, extended with clock tokens, at every agent decision point of the held-out
    timelines: which action does it choose (wait, call, modify, cancel, say, answer, commit)?
-3. LoRA-fine-tunes it with configs/smollm2-135m/sft_lora_cpu.yaml for ``--max-steps`` (120) steps, however long
-   they take: another job on the cores makes the demo slower, never its scores lower (the demo says how long
+3. LoRA-fine-tunes it with configs/smollm2-135m/sft_lora_cpu.yaml for ``--max-steps`` (125) steps of four
+   timelines, 500 of the 1,500 generated, however long they take: another job on the cores makes the demo slower, never its scores lower (the demo says how long
    training took, and that the machine was busy when the steps ran slower than on a quiet one);
    ``--max-train-minutes`` caps the time on request, and warns when it cut training short;
 4. scores it again;
@@ -26,7 +26,7 @@ table. Next-action accuracy (teacher-forced, items 2 and 4) stays as a diagnosti
 
 ``--live-eval-steps K`` also plays ``--live-eval-sessions`` held-out dialogues live every K training steps
 (``clocktune.train.live_eval``) and records the curve in ``live_eval_curve``. It is off by default: on the CPU each
-session takes about 4 s, so 5 sessions every 40 steps add a minute to a 13-minute demo, and the runtime step at the
+session takes about 10 s, so 5 sessions every 40 steps add some 2.5 minutes to the demo, and the runtime step at the
 end measures the final model on more dialogues anyway.
 """
 
@@ -49,10 +49,10 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 RECIPE = CONFIGS / "smollm2-135m" / "sft_lora_cpu.yaml"
 DATAGEN = CONFIGS / "datagen" / "demo.yaml"
 PROFILE = "phone-135m"  # the compute profile of every live session of the demo
-# BENCHMARKS.md: the default recipe's 120 steps took 497-516.5 s on a quiet 2-core machine (~4.3 s/step, loading
-# included). Steps more than a fifth slower than that mean another job shared the cores: run-to-run noise on a quiet
-# machine stays within about a tenth (551 s at most, with longer timelines).
-QUIET_SECONDS_PER_STEP = 4.3
+# BENCHMARKS.md: the default recipe's steps of four timelines took 10.2 s each on a quiet 2-core machine (steps 20-125
+# of scripts/bench_closed_loop.py --schedule cosine, 2026-12-02). Steps more than a fifth slower than that mean another
+# job shared the cores: run-to-run noise on a quiet machine stayed within about a tenth for the recipe before it.
+QUIET_SECONDS_PER_STEP = 10.2
 BUSY_FACTOR = 1.2
 SYNC_MODEL = "smollm2-sync"  # the recipe trained on the turn-based teacher's dialogues
 # Issue 19's goal: the speculative model within 2 points of the sync model's live accuracy, at >= 80% of the bound.
@@ -210,9 +210,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="runs/demo")
     parser.add_argument("--recipe", default=str(RECIPE), help="training YAML")
     parser.add_argument("--datagen-config", default=str(DATAGEN), help="generator YAML of the dialogues")
-    parser.add_argument("--train-dialogues", type=int, default=600)
+    parser.add_argument("--train-dialogues", type=int, default=1500)
     parser.add_argument("--eval-dialogues", type=int, default=50)
-    parser.add_argument("--max-steps", type=int, default=120, help="training steps, however long they take")
+    parser.add_argument("--max-steps", type=int, default=125, help="training steps, however long they take")
     parser.add_argument(
         "--max-train-minutes",
         type=float,
