@@ -1,4 +1,5 @@
-"""The main job on the embedded default, end to end on a CPU in about an hour (two trainings of 22 minutes).
+"""The main job on the embedded default, end to end on a CPU: about an hour on 2 cores, estimated from its parts (each
+of its two trainings took 22 minutes in scripts/bench_closed_loop.py, each live evaluation about 9).
 
     python -m clocktune.cli.demo --out runs/demo        # what `make demo` runs
 
@@ -8,8 +9,8 @@
 2. scores SmolLM2-135M-Instruct, extended with clock tokens, at every agent decision point of the held-out
    timelines: which action does it choose (wait, call, modify, cancel, say, answer, commit)?
 3. LoRA-fine-tunes it with configs/smollm2-135m/sft_lora_cpu.yaml for ``--max-steps`` (125) steps of four
-   timelines, 500 of the 1,500 generated, however long they take: another job on the cores makes the demo slower, never its scores lower (the demo says how long
-   training took, and that the machine was busy when the steps ran slower than on a quiet one);
+   timelines (500 of the 1,500 generated), however long they take: another job on the cores makes the demo slower,
+   never its scores lower (the demo says how long training took, and that the machine was busy when the steps ran slower than on a quiet one);
    ``--max-train-minutes`` caps the time on request, and warns when it cut training short;
 4. scores it again;
 5. runs it in the real-time runtime on the 50 held-out dialogues (virtual clock, phone-135m compute profile)
