@@ -12,7 +12,7 @@ sessions are kept, and a teacher run killed mid-way resumes from its last budget
    ``--eval-dialogues`` held out (seed 1);
 2. **teacher**: one LoRA fine-tune on the teacher's timelines (the demo's recipe with a constant learning rate, so
    that a checkpoint after B dialogues is the model a budget of B gives; ``--rows`` timelines a step, one domain,
-   so ``share_prompt`` runs their common system prompt once, and ``cache_prompt`` runs it without gradients: 2.3x
+   accumulated one a micro-batch, so ``share_prompt`` runs their common system prompt once a step, and ``cache_prompt`` runs it without gradients: 2.3x
    the timelines a second of the same rows each running its own prompt, BENCHMARKS.md) for the largest budget,
    keeping a checkpoint at every budget and at every on-policy arm's start;
 3. the teacher's checkpoints played live on the held-out dialogues under the action grammar (virtual clock,
@@ -91,7 +91,8 @@ def _recipe_args(
         "--train_data", str(train_data), "--output_dir", str(output_dir), "--max_steps", str(max_steps),
         "--max_timelines", str(args.train_dialogues), "--lr_scheduler_type", scheduler,
         "--save_strategy", "no", "--save_total_limit", "1000000", "--cache_prompt", "true",
-        "--share_prompt", "true", "--per_device_train_batch_size", str(args.rows),
+        "--share_prompt", "true", "--per_device_train_batch_size", "1",
+        "--gradient_accumulation_steps", str(args.rows),
     ]  # fmt: skip
     if args.model is not None:
         overrides += ["--model_name_or_path", args.model]

@@ -341,6 +341,61 @@ def test_share_prompt_runs_a_common_prompt_once_with_the_same_loss_and_gradients
         torch.testing.assert_close(grad, full_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_one_timeline_micro_batches_run_a_cached_prompt_once_a_step_with_the_gradient_of_one_batch(tmp_path):
+    from clocktune.collate import StreamingCollator
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from clocktune.rendered_dataset import render_timelines
+    from clocktune.train.config import ClockSFTConfig
+    from clocktune.train.trainer import ClockSFTTrainer
+    from data_gen.generate import generate_dialogue
+
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
+    one_domain = [generate_dialogue(i, 0, GeneratorConfig(domains=["smart_home"])) for i in range(3)]
+    dataset = render_timelines(one_domain, tokenizer, "chatml")
+    collate = StreamingCollator(8192, pad_token_id=0, pack=False)
+    batch = collate([dataset[i] for i in range(3)])
+    micro_batches = [collate([dataset[i]]) for i in range(3)]
+    assert len({len(micro["input_ids"][0]) for micro in micro_batches}) > 1  # the batch pads rows to the longest
+    labelled = int((batch["labels"][:, 1:] != -100).sum())
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, tie_word_embeddings=False, **TINY)
+    model = LlamaForCausalLM(config)
+    rows_run = []
+    model.get_input_embeddings().register_forward_hook(lambda module, args, output: rows_run.append(len(args[0])))
+    args = ClockSFTConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, max_length=8192, report_to="none",
+        gradient_checkpointing=False, share_prompt=True, cache_prompt=True,
+    )  # fmt: skip
+
+    def loss_and_grads(batches, step: int = 0):
+        trainer = ClockSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+        trainer.state.global_step = step
+        model.zero_grad()
+        rows_run.clear()
+        total = 0.0
+        for each in batches:
+            # The Trainer passes the step's labelled-token count to every micro-batch of gradient accumulation.
+            loss = trainer.compute_loss(model, {k: v.clone() for k, v in each.items()}, num_items_in_batch=labelled)
+            loss.backward()
+            total += loss.item()
+        grads = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+        return total, grads, list(rows_run), trainer
+
+    loss, grads, rows, _ = loss_and_grads([batch])
+    micro_loss, micro_grads, micro_rows, trainer = loss_and_grads(micro_batches)
+    assert rows == [1, 3] and micro_rows == [1, 1, 1, 1]  # one prompt for the step, then each timeline's rest
+    assert micro_loss == pytest.approx(loss, rel=1e-5)
+    assert micro_grads.keys() == grads.keys() and len(grads) > 10
+    for name, grad in micro_grads.items():
+        torch.testing.assert_close(grad, grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    # The next optimizer step runs its prompt again: the weights it was computed with have changed.
+    rows_run.clear()
+    trainer.state.global_step = 1
+    trainer.compute_loss(model, {k: v.clone() for k, v in micro_batches[0].items()}, num_items_in_batch=labelled)
+    assert rows_run == [1, 1]
+
+
 def test_the_loss_and_token_accuracy_count_each_rows_own_labelled_tokens_and_no_others(tmp_path):
     from clocktune.collate import StreamingCollator
     from clocktune.encoding import extend_tokenizer, get_codec

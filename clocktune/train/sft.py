@@ -158,6 +158,10 @@ def main(
     if training_args.on_policy_rounds > 0:
         # Also before the model loads: data that are not generated fail now, not after the first training.
         on_policy = prepare_on_policy(data_args.train_data, training_args, experts, backends)
+    if training_args.device.type == "cpu":
+        from clocktune.heap import hold_freed_memory
+
+        hold_freed_memory()  # each step's activations reuse the last step's memory instead of faulting in new pages
     model, tokenizer, model_format, new_token_ids = load_model_and_tokenizer(training_args, model_args)
     peft_config = get_peft_config(model_args)
     if peft_config is not None:

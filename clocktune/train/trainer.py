@@ -73,6 +73,8 @@ class ClockSFTTrainer(SFTTrainer):
         # Loss weight per action code (ACTION_TYPES order), or None for the plain token mean.
         weights = args.action_loss_weights
         self._action_weights = torch.tensor([weights.get(name, 1.0) for name in ACTION_TYPES]) if weights else None
+        # The prompt's cache of the current optimizer step (`_step_prompt_cache`): its key and its layers.
+        self._prompt_layers: tuple[tuple, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Saves like the Trainer, except that a LoRA adapter holds only its own weights and the new token rows.
@@ -123,23 +125,42 @@ class ClockSFTTrainer(SFTTrainer):
         prompt_ids = input_ids[:, :prefix]
         rows = input_ids.shape[0]
         # Gradients from every row's copy of a shared prompt sum in the repeat, as they would over separate copies.
-        shared = self.args.share_prompt and rows > 1 and bool((prompt_ids == prompt_ids[:1]).all())
+        shared = self.args.share_prompt and bool((prompt_ids == prompt_ids[:1]).all())
         if shared:
             prompt_ids = prompt_ids[:1]
-        cache = DynamicCache(config=self.model.config)
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.args.cache_prompt):
-            # One causal segment starting at position 0 in every row: no mask needed.
-            model(
-                input_ids=prompt_ids,
-                position_ids=position_ids[: len(prompt_ids), :prefix],
-                cache=cache,
-                use_cache=True,
-            )
-        if shared:
+        positions = position_ids[: len(prompt_ids), :prefix]
+        if shared and self.args.cache_prompt:
+            cache = self._step_prompt_cache(model, prompt_ids, positions)
+        else:
+            cache = DynamicCache(config=self.model.config)
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not self.args.cache_prompt):
+                # One causal segment starting at position 0 in every row: no mask needed.
+                model(input_ids=prompt_ids, position_ids=positions, cache=cache, use_cache=True)
+        if shared and rows > 1:
             cache.batch_repeat_interleave(rows)
         if self.args.share_prompt:
             self._metrics["train" if self.model.training else "eval"]["shared_prompt"].append(float(shared))
         return {**inputs, "input_ids": input_ids[:, prefix:], "position_ids": position_ids[:, prefix:], "cache": cache}
+
+    def _step_prompt_cache(self, model, prompt_ids: torch.Tensor, position_ids: torch.Tensor) -> DynamicCache:
+        """A fresh cache holding one row's prompt, run without gradients at most once per optimizer step.
+
+        The weights change only at optimizer steps, so a prompt run without gradients gives the same keys and values
+        to every micro-batch of a step: gradient accumulation over one-timeline micro-batches (no padding between
+        timelines of different lengths) then costs one prompt a step, as a batch of several rows does.
+        """
+        key = (self.state.global_step, self.model.training, tuple(prompt_ids[0].tolist()))
+        if self._prompt_layers is None or self._prompt_layers[0] != key:
+            cache = DynamicCache(config=self.model.config)
+            with torch.no_grad():
+                # One causal segment starting at position 0: no mask needed.
+                model(input_ids=prompt_ids, position_ids=position_ids, cache=cache, use_cache=True)
+            self._prompt_layers = (key, [(layer.keys, layer.values) for layer in cache.layers])
+        cache = DynamicCache(config=self.model.config)
+        # `update` concatenates onto an empty layer: the new tokens of this micro-batch never touch the stored ones.
+        for index, (keys, values) in enumerate(self._prompt_layers[1]):
+            cache.update(keys, values, index)
+        return cache
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mode = "train" if self.model.training else "eval"
