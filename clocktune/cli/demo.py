@@ -1,5 +1,5 @@
-"""The main job on the embedded default, end to end on a CPU: about an hour on 2 cores, estimated from its parts (each
-of its two trainings took 22 minutes in scripts/bench_closed_loop.py, each live evaluation about 9).
+"""The main job on the embedded default, end to end on a CPU: 41 minutes on a quiet 2-core machine with ``make setup``
+(2026-12-03, BENCHMARKS.md): two trainings of 14 and 16 minutes, two live evaluations of under 4.
 
     python -m clocktune.cli.demo --out runs/demo        # what `make demo` runs
 
@@ -50,10 +50,10 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 RECIPE = CONFIGS / "smollm2-135m" / "sft_lora_cpu.yaml"
 DATAGEN = CONFIGS / "datagen" / "demo.yaml"
 PROFILE = "phone-135m"  # the compute profile of every live session of the demo
-# BENCHMARKS.md: the default recipe's steps of four timelines took 10.2 s each on a quiet 2-core machine (steps 20-125
-# of scripts/bench_closed_loop.py --schedule cosine, 2026-12-02). Steps more than a fifth slower than that mean another
+# BENCHMARKS.md: the default recipe's steps of four timelines took 6.8 s each on a quiet 2-core machine (make demo,
+# 2026-12-03; the sync-teacher model's longer timelines 7.8 s). Steps more than a fifth slower than that mean another
 # job shared the cores: run-to-run noise on a quiet machine stayed within about a tenth for the recipe before it.
-QUIET_SECONDS_PER_STEP = 10.2
+QUIET_SECONDS_PER_STEP = 6.8
 BUSY_FACTOR = 1.2
 SYNC_MODEL = "smollm2-sync"  # the recipe trained on the turn-based teacher's dialogues
 # Issue 19's goal: the speculative model within 2 points of the sync model's live accuracy, at >= 80% of the bound.
