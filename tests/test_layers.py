@@ -15,7 +15,14 @@ MAX_LINES = 600
 
 # Lowest first. A module belongs to the layer of the longest prefix that names it.
 LAYERS: list[tuple[str, ...]] = [
-    ("clocktune.timeline", "clocktune.clock", "clocktune.atomic", "clocktune.settings_stamp", "clocktune.yaml_config"),
+    (
+        "clocktune.timeline",
+        "clocktune.clock",
+        "clocktune.atomic",
+        "clocktune.heap",
+        "clocktune.settings_stamp",
+        "clocktune.yaml_config",
+    ),
     (
         "clocktune.encoding",
         "clocktune.render",
