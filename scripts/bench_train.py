@@ -12,10 +12,10 @@ row starts with the same system prompt), with ``share_prompt`` off and on (the p
 unchanged), and with ``cache_prompt`` added (once, without gradients); then the same N timelines as N one-row
 micro-batches of gradient accumulation (no padding to the longest row; the prompt's cache kept for the step, as the
 embedded CPU recipe trains). Prints tokens/s and timelines/s of each. The process holds freed heap memory, as
-training on a CPU does (``clocktune.heap``).
+training on a CPU does (``clocktune.heap``); ``--default-heap`` leaves glibc's defaults, to time what that is worth.
 
     python scripts/bench_train.py [--batches 6] [--batch-size 2]
-    python scripts/bench_train.py --shared-rows 4 [--batches 2] [--bf16]
+    python scripts/bench_train.py --shared-rows 4 [--batches 2] [--bf16] [--default-heap]
 """
 
 from __future__ import annotations
@@ -42,9 +42,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--shared-rows", type=int, default=0, help="time share_prompt on batches of this many rows")
     parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (autocast), as the recipe's bf16")
+    parser.add_argument("--default-heap", action="store_true", help="keep glibc's defaults (clocktune.heap not used)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    hold_freed_memory()  # as clocktune.train.sft.main does on a CPU
+    if not args.default_heap:
+        hold_freed_memory()  # as clocktune.train.sft.main does on a CPU
 
     overrides = ["--output_dir", "/tmp/clocktune-bench-train", "--report_to", "none", "--train_data", "unused"]
     overrides += ["--bf16", str(args.bf16).lower()]

@@ -69,7 +69,7 @@ class ClockSFTConfig(SFTConfig):
             shared prompt runs without gradients, once per optimizer step: micro-batches of gradient accumulation
             reuse its cache, so one timeline a micro-batch (`per_device_train_batch_size: 1`,
             `gradient_accumulation_steps: 4`) trains as four rows do, without padding each to the longest (same loss
-            and gradients, tested; 1.3x faster steps on the embedded model, BENCHMARKS.md). The same needs as
+            and gradients, tested; 1.08-1.3x faster steps on the embedded model, BENCHMARKS.md). The same needs as
             `cache_prompt`.
 
         > Parameters that control the loss
