@@ -12,8 +12,9 @@ sessions are kept, and a teacher run killed mid-way resumes from its last budget
    ``--eval-dialogues`` held out (seed 1);
 2. **teacher**: one LoRA fine-tune on the teacher's timelines (the demo's recipe with a constant learning rate, so
    that a checkpoint after B dialogues is the model a budget of B gives; ``--rows`` timelines a step, one domain,
-   accumulated one a micro-batch, so ``share_prompt`` runs their common system prompt once a step, and ``cache_prompt`` runs it without gradients: 2.3x
-   the timelines a second of the same rows each running its own prompt, BENCHMARKS.md) for the largest budget,
+   accumulated one a micro-batch, so ``share_prompt`` runs their common system prompt once a step, and
+   ``cache_prompt`` runs it without gradients: 2.3x the timelines a second of the same rows each running its own
+   prompt, BENCHMARKS.md) for the largest budget,
    keeping a checkpoint at every budget and at every on-policy arm's start;
 3. the teacher's checkpoints played live on the held-out dialogues under the action grammar (virtual clock,
    ``phone-135m``), against the scripted turn-based ``sync`` baseline;

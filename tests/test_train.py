@@ -385,6 +385,7 @@ def test_one_timeline_micro_batches_run_a_cached_prompt_once_a_step_with_the_gra
     loss, grads, rows, _ = loss_and_grads([batch])
     micro_loss, micro_grads, micro_rows, trainer = loss_and_grads(micro_batches)
     assert rows == [1, 3] and micro_rows == [1, 1, 1, 1]  # one prompt for the step, then each timeline's rest
+    assert trainer._metrics["train"]["shared_prompt"] == [1.0, 1.0, 1.0]
     assert micro_loss == pytest.approx(loss, rel=1e-5)
     assert micro_grads.keys() == grads.keys() and len(grads) > 10
     for name, grad in micro_grads.items():

@@ -139,7 +139,9 @@ class ClockSFTTrainer(SFTTrainer):
         if shared and rows > 1:
             cache.batch_repeat_interleave(rows)
         if self.args.share_prompt:
-            self._metrics["train" if self.model.training else "eval"]["shared_prompt"].append(float(shared))
+            # A lone row shares its prompt only through the step's cache, with the micro-batches after it.
+            served_more = shared and (rows > 1 or self.args.cache_prompt)
+            self._metrics["train" if self.model.training else "eval"]["shared_prompt"].append(float(served_more))
         return {**inputs, "input_ids": input_ids[:, prefix:], "position_ids": position_ids[:, prefix:], "cache": cache}
 
     def _step_prompt_cache(self, model, prompt_ids: torch.Tensor, position_ids: torch.Tensor) -> DynamicCache:
