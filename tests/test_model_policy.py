@@ -122,3 +122,56 @@ def test_untrained_model_output_gets_notices_not_crashes(generated, tiny_chatml_
 
 
 # Scoring and CLI -------------------------------------------------------------------------------------------
+
+
+def test_call_bias_makes_the_model_call_while_the_user_speaks_and_leaves_it_alone_once_they_are_done(
+    generated, tiny_chatml_model
+):
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    model, tokenizer = tiny_chatml_model
+    timeline = next(t for t in generated[0] if t.tools and sum(e.kind == "user_chunk" for e in t.events) > 2)
+    chunks = [e for e in timeline.events if e.kind == "user_chunk"]
+    final = next(i for i, e in enumerate(chunks) if e.final)
+
+    def first_action(call_bias: float, heard: list) -> tuple:
+        policy = ModelPolicy(model, tokenizer, timeline, max_new_tokens=48, call_bias=call_bias)
+        policy.observe(heard)
+        decision = policy.act(heard[-1].t)
+        return decision.action, policy.last_action_ids
+
+    # While the user speaks the bias decides: a large one puts the call marker first (and the grammar completes a
+    # valid call), a large negative one rules calls out.
+    speaking = chunks[:1]
+    eager, _ = first_action(1e4, speaking)
+    reluctant, _ = first_action(-1e4, speaking)
+    assert eager is not None and eager.kind == "tool_call"
+    assert reluctant is None or reluctant.kind != "tool_call"
+    # Once the final chunk is heard the bias is off: the model writes what it writes without one, token for token.
+    heard = chunks[: final + 1]
+    assert first_action(1e4, heard)[1] == first_action(-1e4, heard)[1] == first_action(0.0, heard)[1]
+
+
+def test_call_bias_needs_a_format_with_a_call_marker(generated):
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    tokenizer = tiny_tokenizer("llama3.2")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "llama3.2")
+    with pytest.raises(ValueError, match="bare JSON"):
+        ModelPolicy(None, tokenizer, generated[0][0], call_bias=1.0)
+
+
+def test_call_bias_reaches_a_checkpoints_policies_and_names_its_results_apart(generated, tiny_chatml_model):
+    from clocktune.cli.main import build_parser
+    from clocktune.runtime.policy_factories import policy_spec
+
+    timeline = generated[0][0]
+    plain = policy_spec("tiny", "ckpt", tiny_chatml_model)
+    biased = policy_spec("tiny", "ckpt", tiny_chatml_model, call_bias=1.5)
+    assert plain.factory(timeline).call_bias == 0.0 and biased.factory(timeline).call_bias == 1.5
+    assert biased.key == plain.key + ":call_bias=1.5"  # a journal of one never answers for the other
+    assert policy_spec("sync", call_bias=1.5).key == "scripted:sync"  # scripted policies have no logits to bias
+    argv = ["eval", "--data", "d", "--out", "o"]
+    assert build_parser().parse_args(argv).call_bias == 0.0
+    assert build_parser().parse_args([*argv, "--call-bias", "1.5"]).call_bias == 1.5

@@ -59,6 +59,9 @@ SYNC_MODEL = "smollm2-sync"  # the recipe trained on the turn-based teacher's di
 # Issue 19's goal: the speculative model within 2 points of the sync model's live accuracy, at >= 80% of the bound.
 GOAL_ACCURACY_POINTS = 0.02
 GOAL_BOUND_SHARE = 0.8
+# The speculative model's call bias (ModelPolicy.call_bias), chosen on 50 validation dialogues (seed 2, not the
+# held-out seed 1) with scripts/bench_call_bias.py: BENCHMARKS.md, "Speculation bias".
+CALL_BIAS = 0.0
 
 
 class TimeBudget(TrainerCallback):
@@ -155,7 +158,14 @@ def _print_table(rows: list[tuple[str, str, str]]) -> None:
 
 
 def _runtime_eval(
-    model, tokenizer, timelines: list, out: Path, constrained: bool, name: str = "smollm2", bound: bool = True
+    model,
+    tokenizer,
+    timelines: list,
+    out: Path,
+    constrained: bool,
+    name: str = "smollm2",
+    bound: bool = True,
+    call_bias: float = 0.0,
 ) -> dict:
     """Runs a trained model as a live policy against the scripted sync baseline (and the oracle, for the bound).
 
@@ -167,6 +177,7 @@ def _runtime_eval(
         constrained: Decode the model's actions under the grammar of valid actions.
         name: The model's name in the table and the report.
         bound: Whether to play the oracle too, for ``bound_speedup_p50``.
+        call_bias: The model's bias toward calling while the user speaks (``ModelPolicy``).
 
     Returns:
         The runtime's summary (``compare_policies``) with ``runtime_seconds``.
@@ -187,14 +198,16 @@ def _runtime_eval(
     summary = compare_policies(
         timelines,
         PolicySpec(
-            name, policy_factory(name, loaded=(network, tokenizer), constrained=constrained), f"model:demo:{name}"
+            name,
+            policy_factory(name, loaded=(network, tokenizer), constrained=constrained, call_bias=call_bias),
+            f"model:demo:{name}:call_bias={call_bias:g}",
         ),
         policy_spec("sync"),
         make_backend,
         SessionConfig(device=PROFILES[PROFILE]),
         out,
         bound=bound_specs() if bound else None,
-        extra={"profile": PROFILE, "constrained": constrained},
+        extra={"profile": PROFILE, "constrained": constrained, "call_bias": call_bias},
         session_logs=True,
     )
     summary["runtime_seconds"] = round(time.monotonic() - started, 1)
@@ -228,6 +241,14 @@ def make_parser() -> argparse.ArgumentParser:
         default=True,
         help="decode the models' actions in the runtime under the grammar of valid actions (--no-constrained: the"
         " plain argmax)",
+    )
+    parser.add_argument(
+        "--call-bias",
+        type=float,
+        default=CALL_BIAS,
+        help="added to the speculative model's call-marker logit while the user speaks (ModelPolicy.call_bias;"
+        f" default {CALL_BIAS:g}, chosen on validation dialogues; 0: the model's own timing); the sync-teacher model"
+        " plays without one",
     )
     parser.add_argument(
         "--runtime-dialogues", type=int, default=50, help="held-out dialogues run in the runtime (0: skip)"
@@ -430,6 +451,7 @@ def main(argv: list[str] | None = None) -> dict:
         **({"live_eval_curve": curve} if curve else {}),
         "dataset_stats": stats,
         "constrained": args.constrained,
+        "call_bias": args.call_bias,
         "checkpoint": str(out / "checkpoint"),
     }
     # Written now and again with the runtime's results: an interrupted runtime step keeps the training's.
@@ -447,7 +469,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.runtime_dialogues > 0:
         # The trained model in the runtime against sync and the oracle: its table, then the headline lines.
         timelines = held_out[: args.runtime_dialogues]
-        summary["eval"] = _runtime_eval(trainer.model, tokenizer, timelines, out / "eval", args.constrained)
+        summary["eval"] = _runtime_eval(
+            trainer.model, tokenizer, timelines, out / "eval", args.constrained, call_bias=args.call_bias
+        )
         summary["live_accuracy"] = summary["eval"]["accuracy"]
         summary["live_dialogues"] = summary["eval"]["dialogues"]
         atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])

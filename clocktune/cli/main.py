@@ -292,7 +292,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     loaded = {path: load_policy_model(path) for path in {args.model, baseline_model} if is_checkpoint(path)}
     costs = load_speculation_costs(args.profile)  # the cost model's inputs, measured by `clocktune profile`
     policy = policy_spec(
-        args.policy, args.model, loaded.get(args.model), endpoint, args.constrained, args.draft, costs
+        args.policy,
+        args.model,
+        loaded.get(args.model),
+        endpoint,
+        args.constrained,
+        args.draft,
+        costs,
+        call_bias=args.call_bias,
     )
     baseline = policy_spec(
         args.baseline,
@@ -324,6 +331,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "constrained": args.constrained,
             "draft": args.draft,
             "baseline_draft": args.baseline_draft,
+            "call_bias": args.call_bias,
         },
     )
     add_decoding_summary(Path(args.out) / "summary.json", {"policy": policy.factory, "baseline": baseline.factory})
@@ -463,6 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--draft", default="none", type=draft_name, help=f"the policy's drafter: {draft_help}")
     evaluate.add_argument(
         "--baseline-draft", default="none", type=draft_name, help="the baseline's drafter (default: none)"
+    )
+    evaluate.add_argument(
+        "--call-bias",
+        type=float,
+        default=0.0,
+        help="added to the call marker's logit at a checkpoint's first action token while the user speaks: calls"
+        " sooner, faster answers, more wrong guesses (default 0; BENCHMARKS.md, 'Speculation bias')",
     )
     evaluate.set_defaults(func=cmd_eval)
 

@@ -25,6 +25,11 @@ emitted, so the action is the one plain decoding writes (greedy: token for token
 draft length follows the session's measured acceptance, and drafting stops where the cost model says it does not
 pay.
 
+``call_bias`` moves the policy's operating point between speed and accuracy: it is added to the call marker's logit
+at an action's first token while the user is still speaking. A model fine-tuned on the speculative teacher calls later
+than its teacher (each utterance shows it one call among many waits): the demo's recipe made a speculative call in 14
+of 50 held-out sessions where its teacher did in 28 (BENCHMARKS.md, "Speculation bias").
+
 Every session over the same tools starts with the same system prompt (hundreds of tokens of tool schemas), so the
 policies of one model share its prefilled cache and each session starts from a copy, as serving engines' prefix
 caches do.
@@ -82,6 +87,9 @@ class ModelPolicy:
         seed: Seed of the sampling stream (with the timeline's seed).
         max_draft: Longest draft.
         margin: Speculate only while the expected speedup exceeds ``1 + margin``.
+        call_bias: Added to the logit of the format's call marker at an action's first token while the user is still
+            speaking (0: none). Positive values call sooner: faster answers, and wrong guesses where the words do
+            not yet say enough (BENCHMARKS.md, "Speculation bias").
     """
 
     io_bound = False  # compute-bound: on the wall clock it runs on the thread that started the run
@@ -103,6 +111,7 @@ class ModelPolicy:
         seed: int = 0,
         max_draft: int = 6,
         margin: float = 0.1,
+        call_bias: float = 0.0,
     ) -> None:
         self.name = name
         self.model = model
@@ -116,6 +125,12 @@ class ModelPolicy:
             raise ValueError(f"the end-of-message text {fmt.end!r} must be one token, got {end_ids}")
         self.end_id = end_ids[0]
         self.max_new_tokens = max_new_tokens
+        self.call_bias = call_bias
+        self.call_marker_id: int | None = None
+        if call_bias:
+            if not fmt.call_prefix.strip():
+                raise ValueError(f"call_bias needs a call marker; format {fmt.name!r} writes calls as bare JSON")
+            self.call_marker_id = tokenizer.encode(fmt.call_prefix, add_special_tokens=False)[0]
         self.cache: Any = None
         self.system_caches = {} if system_caches is None else system_caches
         self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
@@ -217,6 +232,9 @@ class ModelPolicy:
         logits = self._forward(pending + prompt, times, until)
         self.fed_ids += pending
         self.last_prompt_logits = logits
+        if self.call_marker_id is not None and not self.calls.heard_final:
+            logits = logits.clone()
+            logits[self.call_marker_id] += self.call_bias
         context = self.fed_ids + prompt  # what the cache holds before the action's first token
         stats, decoding = self.stats, self.decoding
         decode_started = started = time.perf_counter()

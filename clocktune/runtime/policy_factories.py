@@ -85,6 +85,7 @@ def policy_factory(
     draft: str = "none",
     costs: SpeculationCosts | None = None,
     temperature: float = 0.0,
+    call_bias: float = 0.0,
 ) -> PolicyFactory:
     """A factory of fresh per-session policies.
 
@@ -103,6 +104,8 @@ def policy_factory(
         costs: The device profile's measured speculation costs
             (:class:`~clocktune.runtime.speculative.SpeculationCosts`); measured on the model here when ``None``.
         temperature: A checkpoint samples at this temperature (0: greedy).
+        call_bias: A checkpoint's bias toward calling while the user speaks
+            (:class:`~clocktune.runtime.model_policy.ModelPolicy`; 0: none).
 
     Returns:
         ``factory(timeline) -> policy``; a checkpoint's carries ``decoding``, the decoding metrics of its
@@ -148,6 +151,7 @@ def policy_factory(
             costs=costs,
             decoding=decoding,
             temperature=temperature,
+            call_bias=call_bias,
         )
 
     from_model.decoding = decoding  # type: ignore[attr-defined]  # read by `clocktune eval` for its summary
@@ -162,6 +166,7 @@ def policy_spec(
     constrained: bool = True,
     draft: str = "none",
     costs: SpeculationCosts | None = None,
+    call_bias: float = 0.0,
 ) -> PolicySpec:
     """A policy as ``clocktune eval`` names it: :func:`policy_factory` with the name and key an evaluation needs.
 
@@ -173,10 +178,11 @@ def policy_spec(
         constrained: See :func:`policy_factory`.
         draft: See :func:`policy_factory`.
         costs: See :func:`policy_factory`.
+        call_bias: See :func:`policy_factory`.
 
     Returns:
         The spec; its key is ``scripted:STRATEGY`` for a recorded plan, else ``MODEL:STRATEGY`` (with
-        ``:constrained`` appended when constrained, ``:draft=NAME`` with a drafter).
+        ``:constrained`` appended when constrained, ``:draft=NAME`` with a drafter, ``:call_bias=B`` with a bias).
 
     Raises:
         ValueError: For an unknown scripted strategy.
@@ -186,8 +192,18 @@ def policy_spec(
         key += ":constrained"  # other sessions than the same model's unconstrained ones
     if draft != "none" and is_checkpoint(model):
         key += f":draft={draft}"  # the same actions (lossless), but other wall-clock times
+    bias = call_bias if is_checkpoint(model) or loaded is not None else 0.0
+    if bias:
+        key += f":call_bias={bias:g}"
     factory = policy_factory(
-        strategy, model, loaded, endpoint, constrained, draft if is_checkpoint(model) else "none", costs
+        strategy,
+        model,
+        loaded,
+        endpoint,
+        constrained,
+        draft if is_checkpoint(model) else "none",
+        costs,
+        call_bias=bias,
     )
     return PolicySpec(strategy, factory, key)
 
