@@ -165,6 +165,7 @@ def test_call_bias_needs_a_format_with_a_call_marker(generated):
 def test_call_bias_reaches_a_checkpoints_policies_and_names_its_results_apart(generated, tiny_chatml_model):
     from clocktune.cli.main import build_parser
     from clocktune.runtime.policy_factories import policy_spec
+    from clocktune.train.sft import make_parser as sft_parser
 
     timeline = generated[0][0]
     plain = policy_spec("tiny", "ckpt", tiny_chatml_model)
@@ -175,3 +176,5 @@ def test_call_bias_reaches_a_checkpoints_policies_and_names_its_results_apart(ge
     argv = ["eval", "--data", "d", "--out", "o"]
     assert build_parser().parse_args(argv).call_bias == 0.0
     assert build_parser().parse_args([*argv, "--call-bias", "1.5"]).call_bias == 1.5
+    _, training_args, _ = sft_parser().parse_args_and_config(["--output_dir", "o", "--live_eval_call_bias", "1.5"])
+    assert training_args.live_eval_call_bias == 1.5

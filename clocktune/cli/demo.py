@@ -405,6 +405,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.live_eval_steps > 0:
         live_eval += ["--live_eval_steps", str(args.live_eval_steps), "--live_eval_data", str(eval_dir / "data")]
         live_eval += ["--live_eval_sessions", str(args.live_eval_sessions), "--live_eval_profile", PROFILE]
+        live_eval += ["--live_eval_call_bias", str(args.call_bias)]
     data_args, training_args, model_args = _recipe(args, train_dir, out / "checkpoint", live_eval)
 
     model, tokenizer, model_format, _ = load_model_and_tokenizer(training_args, model_args)

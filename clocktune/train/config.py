@@ -107,6 +107,9 @@ class ClockSFTConfig(SFTConfig):
         live_eval_profile (`str`, *optional*, defaults to `"phone-135m"`):
             Compute profile the virtual clock charges the model's prefill and decode: a built-in profile
             (`h200-3b`, `laptop-cpu-3b`, `phone-135m`) or a profile YAML written by `clocktune profile`.
+        live_eval_call_bias (`float`, *optional*, defaults to `0.0`):
+            Added to the call marker's logit at an action's first token while the user speaks, in live evaluation
+            (`ModelPolicy.call_bias`; docs/design.md §5): evaluate at the operating point the model will serve at.
 
         > Parameters that control on-policy rounds
 
@@ -178,6 +181,9 @@ class ClockSFTConfig(SFTConfig):
     )
     live_eval_profile: str = field(
         default="phone-135m", metadata={"help": "Device profile of the live evaluation: a built-in name or a YAML."}
+    )
+    live_eval_call_bias: float = field(
+        default=0.0, metadata={"help": "Live evaluation's bias toward calling while the user speaks (0: none)."}
     )
     on_policy_rounds: int = field(
         default=0, metadata={"help": "On-policy rounds (rollout, labels, more training) after the first; 0: off."}

@@ -109,6 +109,7 @@ class LiveEvalCallback(TrainerCallback):
         device: Compute profile the virtual clock charges.
         name: Name of the policy in the results.
         constrained: Decode under the grammar of valid actions (``constrained_decoding``); ``False``: plain argmax.
+        call_bias: The model's bias toward calling while the user speaks (``live_eval_call_bias``).
 
     Raises:
         ValueError: When ``every_steps`` is below 1 or there is no timeline.
@@ -123,6 +124,7 @@ class LiveEvalCallback(TrainerCallback):
         device: DeviceProfile = PROFILES["phone-135m"],
         name: str = "live",
         constrained: bool = True,
+        call_bias: float = 0.0,
     ) -> None:
         if every_steps < 1:
             raise ValueError(f"every_steps must be at least 1, got {every_steps}")
@@ -135,6 +137,7 @@ class LiveEvalCallback(TrainerCallback):
         self.device = device
         self.name = name
         self.constrained = constrained
+        self.call_bias = call_bias
         self.last_step = -1  # the step last evaluated: the end of training may fall on an evaluation step
 
     def evaluate(self, model: Any = None) -> dict[str, float]:
@@ -156,7 +159,9 @@ class LiveEvalCallback(TrainerCallback):
             # shift the dropout and sampling of the training steps that follow.
             with torch.random.fork_rng(devices=devices), torch.no_grad():
                 loaded = (model, self.trainer.processing_class)
-                factory = policy_factory(self.name, loaded=loaded, constrained=self.constrained)
+                factory = policy_factory(
+                    self.name, loaded=loaded, constrained=self.constrained, call_bias=self.call_bias
+                )
                 run = run_policy(self.name, self.timelines, factory, self.backends, SessionConfig(device=self.device))
         finally:
             model.train(was_training)

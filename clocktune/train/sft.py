@@ -196,6 +196,7 @@ def main(
             training_args.live_eval_steps,
             device,
             constrained=training_args.constrained_decoding,
+            call_bias=training_args.live_eval_call_bias,
         )
         trainer.add_callback(callback)
     # The base and the data as the recipe names them: a checkpoint records only the path its base came from.
