@@ -1,5 +1,5 @@
-"""The main job on the embedded default, end to end on a CPU: 41 minutes on a quiet 2-core machine with ``make setup``
-(2026-12-03, BENCHMARKS.md): two trainings of 14 and 16 minutes, two live evaluations of under 4.
+"""The main job on the embedded default, end to end on a CPU: 41-46 minutes on a quiet 2-core machine with ``make
+setup`` (2026-12-03, BENCHMARKS.md): two trainings of 14-17 minutes, two live evaluations of under 4.
 
     python -m clocktune.cli.demo --out runs/demo        # what `make demo` runs
 
