@@ -1,25 +1,18 @@
 """scripts/bench_call_bias.py's bookkeeping: sessions gained and lost against bias 0, sessions with a speculative
 call, and the plot."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from clocktune.timeline.io import write_timelines
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_call_bias", ROOT / "scripts" / "bench_call_bias.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_call_bias.py")
 
 
 def _results(folder: Path, outcomes: dict[str, bool]) -> Path:

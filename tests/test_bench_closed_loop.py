@@ -3,9 +3,6 @@ the arms start from, an arm started from one trains nothing more before its roun
 the plot is written."""
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,19 +10,14 @@ from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback
 
 from data_gen.cli import main as datagen
+from tests.script_module import load_script
 from tests.tiny_models import TINY
 from tests.tiny_tokenizer import tiny_tokenizer
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_closed_loop", ROOT / "scripts" / "bench_closed_loop.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_closed_loop.py")
 
 
 class RateRecorder(TrainerCallback):

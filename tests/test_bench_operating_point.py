@@ -1,10 +1,6 @@
 """scripts/bench_operating_point.py: its default cell is the issue's default operating point, slower tools slow the
 turn-based loop, and the heatmap is written whole."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from clocktune.runtime.play import run_policy
 from clocktune.runtime.report import summarize_runs
 from clocktune.runtime.scripted import ScriptedPolicy
@@ -13,20 +9,11 @@ from data_gen.backends import make_backend
 from data_gen.config import GeneratorConfig
 from data_gen.dialogues import select_domains
 from data_gen.generate import generate_dialogue
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_operating_point.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("bench_operating_point", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.script_module import load_script
 
 
 def test_default_cell_measures_the_default_operating_point():
-    bench = load_script()
+    bench = load_script("bench_operating_point.py")
     config = GeneratorConfig()
     assert bench.cell_config(3.0, 1.0, "h200-3b") == config
     assert bench.cell_config(2.0, 1.0, "h200-3b") != config
@@ -43,7 +30,7 @@ def test_default_cell_measures_the_default_operating_point():
 
 
 def test_slower_tools_slow_the_turn_based_loop_and_the_plot_is_written(tmp_path):
-    bench = load_script()
+    bench = load_script("bench_operating_point.py")
     fast, slow = (bench.measure_cell(3.0, scale, "phone-135m", 30, 0) for scale in (0.5, 2.0))
     assert slow["summary"]["baseline_latency_p50_s"] > fast["summary"]["baseline_latency_p50_s"] + 0.3
     assert fast["summary"]["side_effect_violations"] == slow["summary"]["side_effect_violations"] == 0

@@ -1,7 +1,6 @@
 """scripts/gpu_check.py without a GPU: its synthetic batches have the advertised make-up, and with ``--tiny`` it runs
 end to end on CPU and prints every row of the table with a finite, positive tokens/s; a spent budget skips rows."""
 
-import importlib.util
 import math
 import os
 import re
@@ -10,6 +9,8 @@ import sys
 from pathlib import Path
 
 import torch
+
+from tests.script_module import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
@@ -22,14 +23,6 @@ EXPECTED_ROWS = [
     for attention in (STREAMING, "sdpa causal")
 ]
 ROW = re.compile(r"^(\S+)\s+(lora|full)\s+((?:flex|sdpa) streaming|sdpa causal)\s+(.*)$")
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_check(*args: str) -> str:
@@ -53,7 +46,9 @@ def table(stdout: str) -> list[tuple[str, str, str, list[str]]]:
 
 
 def test_batches_have_the_advertised_make_up():
-    batches, stats = load_script().make_batches(count=3, rows=4, max_length=8192, vocab_size=1000, scale=1.0)
+    batches, stats = load_script("gpu_check.py").make_batches(
+        count=3, rows=4, max_length=8192, vocab_size=1000, scale=1.0
+    )
     assert [tuple(batch["input_ids"].shape) for batch in batches] == [(4, 8192)] * 3
     assert stats.shape == (4, 8192)
     assert stats.real_share > 0.9  # rows are nearly full
