@@ -87,9 +87,10 @@ class ModelPolicy:
         seed: Seed of the sampling stream (with the timeline's seed).
         max_draft: Longest draft.
         margin: Speculate only while the expected speedup exceeds ``1 + margin``.
-        call_bias: Added to the logit of the format's call marker at an action's first token while the user is still
-            speaking (0: none). Positive values call sooner: faster answers, and wrong guesses where the words do
-            not yet say enough (BENCHMARKS.md, "Speculation bias").
+        call_bias: Added to the logit of the format's call marker at an action's first token while the turn's final
+            chunk is unheard (``CallBook.heard_final`` false: while the user speaks, and after an answer until the
+            next utterance ends; 0: none). Positive values call sooner: faster answers, and wrong guesses where the
+            words do not yet say enough (BENCHMARKS.md, "Speculation bias").
     """
 
     io_bound = False  # compute-bound: on the wall clock it runs on the thread that started the run
