@@ -14,13 +14,21 @@ micro-batches of gradient accumulation (no padding to the longest row; the promp
 embedded CPU recipe trains). Prints tokens/s and timelines/s of each. The process holds freed heap memory, as
 training on a CPU does (``clocktune.heap``); ``--default-heap`` leaves glibc's defaults, to time what that is worth.
 
+With ``--step-variants``, instead: the recipe's own optimizer step (four one-timeline micro-batches of the demo's
+domain over the step's cached prompt) in each precision and attention implementation the recipe could be given:
+float32, bf16 autocast over float32 weights (the recipe's ``bf16``), bf16 weights (``dtype: bfloat16``), each with
+``sdpa`` and ``eager``. The model is loaded again for each; every variant times the same ``--batches`` steps after
+one warm-up step and prints seconds per step (median), the first step's loss, and the ratio to float32 sdpa.
+
     python scripts/bench_train.py [--batches 6] [--batch-size 2]
     python scripts/bench_train.py --shared-rows 4 [--batches 2] [--bf16] [--default-heap]
+    python scripts/bench_train.py --step-variants [--batches 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -43,10 +51,14 @@ def main() -> None:
     parser.add_argument("--shared-rows", type=int, default=0, help="time share_prompt on batches of this many rows")
     parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (autocast), as the recipe's bf16")
     parser.add_argument("--default-heap", action="store_true", help="keep glibc's defaults (clocktune.heap not used)")
+    parser.add_argument("--step-variants", action="store_true", help="time the recipe's step per precision/attention")
     args = parser.parse_args()
     torch.manual_seed(0)
     if not args.default_heap:
         hold_freed_memory()  # as clocktune.train.sft.main does on a CPU
+    if args.step_variants:
+        _step_variants_table(args.batches)
+        return
 
     overrides = ["--output_dir", "/tmp/clocktune-bench-train", "--report_to", "none", "--train_data", "unused"]
     overrides += ["--bf16", str(args.bf16).lower()]
@@ -126,6 +138,79 @@ def main() -> None:
     print(f"| streaming mask, system prompt cached without gradients | {cached:.1f} |")
     print(f"time per token, streaming / block-causal: {baseline / streaming:.3f} (goal <= 1.10)")
     print(f"speedup of cache_prompt over the streaming step: {cached / streaming:.2f}x")
+
+
+# (name, attention implementation, model dtype, bf16 autocast)
+STEP_VARIANTS = (
+    ("float32", "sdpa", "float32", False),
+    ("float32", "eager", "float32", False),
+    ("bf16 autocast, float32 weights", "sdpa", "float32", True),
+    ("bf16 autocast, float32 weights", "eager", "float32", True),
+    ("bf16 weights", "sdpa", "bfloat16", False),
+    ("bf16 weights", "eager", "bfloat16", False),
+)
+
+
+def _time_recipe_steps(attention: str, dtype: str, autocast: bool, steps: int) -> tuple[list[float], float]:
+    """Seconds of each of ``steps`` optimizer steps of the recipe, after a warm-up step, and the first step's loss.
+
+    Args:
+        attention: ``attn_implementation``.
+        dtype: The model's dtype on load.
+        autocast: bf16 autocast around the step, as the recipe's ``bf16: true`` runs it.
+        steps: Timed steps of four one-timeline micro-batches each.
+
+    Returns:
+        ``(seconds_per_step, first_loss)``.
+    """
+    from trl import get_peft_config
+
+    overrides = ["--output_dir", "/tmp/clocktune-bench-train", "--report_to", "none", "--train_data", "unused"]
+    overrides += ["--attn_implementation", attention, "--dtype", dtype, "--bf16", str(autocast).lower()]
+    _, training_args, model_args = make_parser().parse_args_and_config(["--config", RECIPE, *overrides])
+    model, tokenizer, model_format, new_ids = load_model_and_tokenizer(training_args, model_args)
+    peft_config = get_peft_config(model_args)
+    peft_config.trainable_token_indices = {"embed_tokens": new_ids}
+    rows_per_step = training_args.gradient_accumulation_steps
+    config = GeneratorConfig(domains=["smart_home"])
+    timelines = [generate_dialogue(index, 0, config) for index in range(steps * rows_per_step)]
+    dataset = render_timelines(timelines, tokenizer, model_format)
+    trainer = ClockSFTTrainer(
+        model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
+    )
+    collator = StreamingCollator(training_args.max_length, tokenizer.pad_token_id, pack=False)
+    rows = [collator([dataset[i]]) for i in range(len(dataset))]
+    groups = [rows[i : i + rows_per_step] for i in range(0, len(rows), rows_per_step)]
+    trainer.current_gradient_accumulation_steps = rows_per_step
+    seconds, first_loss = [], None
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        for step, group in enumerate([groups[0], *groups]):  # the first group again as the warm-up
+            trainer.state.global_step = step
+            labelled = sum(int((micro["labels"][:, 1:] != -100).sum()) for micro in group)
+            started = time.perf_counter()
+            loss = sum(
+                float(trainer.training_step(trainer.model, dict(micro), num_items_in_batch=labelled))
+                for micro in group
+            )
+            if step:
+                seconds.append(time.perf_counter() - started)
+            first_loss = loss if first_loss is None else first_loss
+    return seconds, first_loss
+
+
+def _step_variants_table(steps: int) -> None:
+    """Times the recipe's step in each of ``STEP_VARIANTS`` and prints a table."""
+    print(f"the recipe's step (4 one-timeline micro-batches, cached prompt), {steps} steps after one warm-up, torch")
+    print(f"threads {torch.get_num_threads()}")
+    print("| precision | attention | s/step (median) | steps | first loss | speed vs float32 sdpa |")
+    print("|---|---|---|---|---|---|")
+    baseline = None
+    for name, attention, dtype, autocast in STEP_VARIANTS:
+        seconds, loss = _time_recipe_steps(attention, dtype, autocast, steps)
+        median = statistics.median(seconds)
+        baseline = baseline or median
+        runs = ", ".join(f"{value:.2f}" for value in seconds)
+        print(f"| {name} | {attention} | {median:.2f} | {runs} | {loss:.4f} | {baseline / median:.2f}x |")
 
 
 def _shared_prompt_table(timed, timed_micro_batches, batches: int, rows: int, tokens: int) -> None:
