@@ -56,11 +56,9 @@ def paired_changes(arm: Path, reference: Path, policy: str) -> tuple[int, int]:
         ``(gained, lost)``.
     """
 
-    def outcomes(folder: Path) -> dict[str, bool]:
-        rows = (json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line)
-        return {row["id"]: row["accurate"] for row in rows if row["policy"] == policy}
+    from clocktune.runtime.report import read_outcomes
 
-    mine, theirs = outcomes(arm), outcomes(reference)
+    mine, theirs = read_outcomes(arm, policy), read_outcomes(reference, policy)
     gained = sum(mine[key] and not theirs[key] for key in mine)
     lost = sum(theirs[key] and not mine[key] for key in mine)
     return gained, lost

@@ -103,9 +103,12 @@ def test_demo_plays_the_sync_teacher_model_beside_the_speculative_one_and_checks
     goal = summary["goal"]
     assert goal["accuracy_gap"] == round(sync["accuracy"] - summary["eval"]["accuracy"], 4)
     assert goal["met"] == (goal["accuracy_gap"] <= 0.02 and (goal["bound_share"] or 0) >= 0.8)
+    low, high = goal["accuracy_gap_ci95"]  # paired over the same two held-out dialogues
+    assert -1.0 <= low <= goal["accuracy_gap"] <= high <= 1.0
     written = json.loads((out / "summary.json").read_text())
     assert written["sync_model"]["accuracy"] == sync["accuracy"] and written["goal"] == goal
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
     headline = next(i for i, line in enumerate(printed) if line.startswith("live accuracy "))
     assert printed[headline + 1].startswith("the sync-teacher model (the recipe on turn-based dialogues) completed")
     assert ("goal: within 2 points at >= 80%: " + ("met" if goal["met"] else "not met")) in printed[headline + 1]
+    assert f"(95% CI {100 * low:+.1f} to {100 * high:+.1f})" in printed[headline + 1]

@@ -11,7 +11,13 @@ from clocktune.actions import Action, parse_action
 from clocktune.runtime.clocks import WallClock
 from clocktune.runtime.play import PolicyRun, run_policy
 from clocktune.runtime.policy import Decision, PolicySpec
-from clocktune.runtime.report import format_intervals, paired_bootstrap, summarize_runs
+from clocktune.runtime.report import (
+    accuracy_delta_ci95,
+    format_intervals,
+    paired_bootstrap,
+    read_outcomes,
+    summarize_runs,
+)
 from clocktune.runtime.scoring import DialogueResult, latencies_from_speech_end, score_session, side_effect_violations
 from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
 from clocktune.runtime.session import Session, SessionConfig
@@ -94,6 +100,33 @@ def test_paired_bootstrap_intervals_cover_the_estimate_and_shrink_with_more_dial
     quarter = [PolicyRun(r.name, r.results[:75], []) for r in (runs["speculative"], runs["sync"])]
     low_q, high_q = paired_bootstrap(*quarter)["speedup_p50_ci95"]
     assert high_q - low_q > 1.5 * (high - low)
+
+
+def test_the_paired_accuracy_interval_is_narrower_than_the_gap_between_two_unpaired_ones():
+    # 32 of 50 against 35 of 50 (make demo's two models, 2026-12-03), as two ways the 50 can pair up.
+    model = [i < 32 for i in range(50)]
+    nested = accuracy_delta_ci95([i < 35 for i in range(50)], model)  # the sync model completes a superset
+    crossed = accuracy_delta_ci95(
+        [i >= 15 for i in range(50)], model
+    )  # both complete 17, each of the other 33 only one
+    assert nested[0] >= 0.0 and nested[0] < 0.06 < nested[1]  # three more, never fewer
+    assert crossed[0] < -0.1 and crossed[1] > 0.2  # the same 6 points, from 18 against 15
+    assert accuracy_delta_ci95(model, model) == [0.0, 0.0]
+    assert accuracy_delta_ci95([], []) is None
+    with pytest.raises(ValueError, match="differ in length: 2 against 1"):
+        accuracy_delta_ci95([True, False], [True])
+
+
+def test_read_outcomes_returns_each_dialogues_result_and_names_the_file_without_the_policy(tmp_path):
+    rows = [
+        {"id": "a", "policy": "sync", "accurate": True},
+        {"id": "a", "policy": "model", "accurate": False},
+        {"id": "b", "policy": "model", "accurate": True},
+    ]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert read_outcomes(tmp_path, "model") == {"a": False, "b": True}
+    with pytest.raises(ValueError, match=r"results\.jsonl: no results of policy 'oracle'"):
+        read_outcomes(tmp_path, "oracle")
 
 
 def test_speculative_replay_reproduces_the_recorded_response_times(generated, runs):

@@ -129,22 +129,29 @@ def pace_note(seconds_per_step: float | None, quiet: float = QUIET_SECONDS_PER_S
     )
 
 
-def goal_check(model: dict, sync_model: dict) -> dict:
+def goal_check(model: dict, sync_model: dict, model_outcomes: dict[str, bool], sync_outcomes: dict[str, bool]) -> dict:
     """Whether the speculative model meets issue 19's goal against the sync-teacher model.
 
     Args:
         model: The speculative model's runtime summary (with ``bound_speedup_p50``), against scripted sync.
         sync_model: The sync-teacher model's runtime summary on the same held-out tasks.
+        model_outcomes: Whether the speculative model completed each held-out dialogue, by id.
+        sync_outcomes: The same for the sync-teacher model (the same ids).
 
     Returns:
-        ``accuracy_gap`` (sync model minus model), ``bound_share`` (the model's ``speedup_p50`` over the bound) and
-        ``met``.
+        ``accuracy_gap`` (sync model minus model), ``accuracy_gap_ci95`` (its paired bootstrap interval over the
+        dialogues: at 50 of them a gap of a few points is within the draw), ``bound_share`` (the model's
+        ``speedup_p50`` over the bound) and ``met``.
     """
+    from clocktune.runtime.report import accuracy_delta_ci95
+
     gap = round(sync_model["accuracy"] - model["accuracy"], 4)
+    ids = list(model_outcomes)
+    interval = accuracy_delta_ci95([sync_outcomes[i] for i in ids], [model_outcomes[i] for i in ids])
     speedup, bound = model.get("speedup_p50"), model.get("bound_speedup_p50")
     share = round(speedup / bound, 3) if speedup is not None and bound else None
     met = gap <= GOAL_ACCURACY_POINTS and share is not None and share >= GOAL_BOUND_SHARE
-    return {"accuracy_gap": gap, "bound_share": share, "met": met}
+    return {"accuracy_gap": gap, "accuracy_gap_ci95": interval, "bound_share": share, "met": met}
 
 
 def _print_table(rows: list[tuple[str, str, str]]) -> None:
@@ -333,10 +340,12 @@ def _final_lines(summary: dict, args: argparse.Namespace, note: str | None, summ
         if "sync_model" in summary:
             sync, goal = summary["sync_model"], summary["goal"]
             share = "n/a" if goal["bound_share"] is None else f"{goal['bound_share']:.2f}"
+            low, high = (100 * value for value in goal["accuracy_gap_ci95"])
             lines.append(
                 f"the sync-teacher model (the recipe on turn-based dialogues) completed"
                 f" {round(sync['accuracy'] * sync['dialogues'])} of {sync['dialogues']}: {sync['accuracy']:.3f};"
-                f" the model is {goal['accuracy_gap'] * 100:+.1f} points below it at {share} of the bound"
+                f" the model is {goal['accuracy_gap'] * 100:+.1f} points below it (95% CI {low:+.1f} to"
+                f" {high:+.1f}) at {share} of the bound"
                 f" (goal: within {GOAL_ACCURACY_POINTS * 100:.0f} points at >= {GOAL_BOUND_SHARE:.0%}:"
                 f" {'met' if goal['met'] else 'not met'})"
             )
@@ -380,6 +389,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = make_parser().parse_args(argv)
 
     from clocktune.rendered_dataset import load_timeline_files
+    from clocktune.runtime.report import read_outcomes
     from clocktune.timeline.show import draw_gantt, format_timeline
     from clocktune.train.next_action import evaluate_next_action
     from clocktune.train.sft import load_model_and_tokenizer
@@ -499,7 +509,12 @@ def main(argv: list[str] | None = None) -> dict:
             "train_seconds": sync_seconds,
             "checkpoint": str(out / "checkpoint-sync"),
         }
-        summary["goal"] = goal_check(summary["eval"], sync_eval)
+        summary["goal"] = goal_check(
+            summary["eval"],
+            sync_eval,
+            read_outcomes(out / "eval", summary["eval"]["policy"]),
+            read_outcomes(out / "eval-sync", SYNC_MODEL),
+        )
         atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])
     for line in _final_lines(summary, args, note, out / "summary.json"):
         print(line)

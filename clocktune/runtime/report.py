@@ -25,10 +25,12 @@ from clocktune.timeline.io import write_timelines
 from clocktune.timeline.show import draw_gantt
 
 __all__ = [
+    "accuracy_delta_ci95",
     "format_intervals",
     "format_table",
     "paired_bootstrap",
     "plot_latency_cdf",
+    "read_outcomes",
     "rounded",
     "summarize_runs",
     "write_report",
@@ -46,6 +48,51 @@ def rounded(value: float | None, digits: int = 4) -> float | None:
         The rounded figure.
     """
     return None if value is None else round(value, digits)
+
+
+def _resampled_rows(dialogues: int, resamples: int, seed: int):
+    """``resamples`` draws of ``dialogues`` dialogue indices with replacement, reproducible from ``seed``."""
+    import numpy as np
+
+    return np.random.default_rng(seed).integers(0, dialogues, size=(resamples, dialogues))
+
+
+def _interval(values) -> list[float] | None:
+    import numpy as np
+
+    return [round(float(v), 4) for v in np.percentile(values, [2.5, 97.5])] if len(values) else None
+
+
+def accuracy_delta_ci95(
+    accurate: Sequence[bool], baseline_accurate: Sequence[bool], resamples: int = 2000, seed: int = 0
+) -> list[float] | None:
+    """95% confidence interval of one policy's accuracy minus another's on the same dialogues, by resampling them.
+
+    Each resample draws dialogues with replacement and keeps each one's pair of outcomes, so a dialogue both policies
+    complete (or both fail) moves neither side: the interval is that of a paired difference, narrower than two
+    separate intervals would suggest.
+
+    Args:
+        accurate: Whether the policy completed each dialogue.
+        baseline_accurate: Whether the other policy completed each, in the same order.
+        resamples: Bootstrap resamples.
+        seed: Seed of the resampling (the interval is reproducible).
+
+    Returns:
+        ``[low, high]`` of ``accuracy - baseline accuracy``, or ``None`` for no dialogues.
+
+    Raises:
+        ValueError: If the two sequences differ in length.
+    """
+    import numpy as np
+
+    if len(accurate) != len(baseline_accurate):
+        raise ValueError(f"paired outcomes differ in length: {len(accurate)} against {len(baseline_accurate)}")
+    if not accurate:
+        return None
+    rows = _resampled_rows(len(accurate), resamples, seed)
+    deltas = np.array(accurate, dtype=float)[rows] - np.array(baseline_accurate, dtype=float)[rows]
+    return _interval(deltas.mean(axis=1))
 
 
 def paired_bootstrap(
@@ -66,27 +113,44 @@ def paired_bootstrap(
 
     Returns:
         ``speedup_p50_ci95`` (baseline median over policy median, over answered dialogues as ``speedup_p50``) and
-        ``accuracy_delta_ci95`` (policy accuracy minus baseline accuracy), each ``[low, high]`` or ``None`` when
-        no resample has a median.
+        ``accuracy_delta_ci95`` (policy accuracy minus baseline accuracy, :func:`accuracy_delta_ci95`), each
+        ``[low, high]`` or ``None`` when no resample has a median.
     """
     import numpy as np
 
     def latencies(run: PolicyRun) -> np.ndarray:
         return np.array([np.nan if r.latency_s is None else r.latency_s for r in run.results])
 
-    rows = np.random.default_rng(seed).integers(0, len(policy.results), size=(resamples, len(policy.results)))
+    rows = _resampled_rows(len(policy.results), resamples, seed)
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a resample with no answered dialogue has no median
         ratios = np.nanmedian(latencies(baseline)[rows], axis=1) / np.nanmedian(latencies(policy)[rows], axis=1)
     ratios = ratios[np.isfinite(ratios)]
-    accurate = np.array([r.accurate for r in policy.results], dtype=float)
-    base_accurate = np.array([r.accurate for r in baseline.results], dtype=float)
-    deltas = (accurate[rows] - base_accurate[rows]).mean(axis=1)
+    accuracy = accuracy_delta_ci95(
+        [r.accurate for r in policy.results], [r.accurate for r in baseline.results], resamples, seed
+    )
+    return {"speedup_p50_ci95": _interval(ratios), "accuracy_delta_ci95": accuracy}
 
-    def interval(values: np.ndarray) -> list[float] | None:
-        return [round(float(v), 4) for v in np.percentile(values, [2.5, 97.5])] if len(values) else None
 
-    return {"speedup_p50_ci95": interval(ratios), "accuracy_delta_ci95": interval(deltas)}
+def read_outcomes(report: str | os.PathLike, policy: str) -> dict[str, bool]:
+    """Whether a policy completed each dialogue, from a report's ``results.jsonl`` (:func:`write_report`).
+
+    Args:
+        report: The report folder.
+        policy: The policy's name in the report.
+
+    Returns:
+        Dialogue id to ``accurate``, in the report's order.
+
+    Raises:
+        ValueError: If the report holds no results of ``policy``.
+    """
+    path = Path(report) / "results.jsonl"
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    outcomes = {row["id"]: row["accurate"] for row in rows if row["policy"] == policy}
+    if not outcomes:
+        raise ValueError(f"{path}: no results of policy {policy!r}")
+    return outcomes
 
 
 def _speedup_where_both_completed(policy: PolicyRun, baseline: PolicyRun) -> tuple[int, float | None]:
