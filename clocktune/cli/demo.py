@@ -1,5 +1,6 @@
 """The main job on the embedded default, end to end on a CPU: 41-46 minutes on a quiet 2-core machine with ``make
-setup`` (2026-12-03, BENCHMARKS.md): two trainings of 14-17 minutes, two live evaluations of under 4.
+setup`` (2026-12-03, BENCHMARKS.md): two trainings of 14-17 minutes, two live evaluations of under 4. The training
+step is at its floor there (bf16 would give 1.27x and is not shown to keep live accuracy, BENCHMARKS.md).
 
     python -m clocktune.cli.demo --out runs/demo        # what `make demo` runs
 
