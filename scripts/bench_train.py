@@ -18,7 +18,7 @@ With ``--step-variants``, instead: the recipe's own optimizer step (four one-tim
 domain over the step's cached prompt) in each precision and attention implementation the recipe could be given:
 float32, bf16 autocast over float32 weights (the recipe's ``bf16``), bf16 weights (``dtype: bfloat16``), each with
 ``sdpa`` and ``eager``. The model is loaded again for each; every variant times the same ``--batches`` steps after
-one warm-up step and prints seconds per step (median), the first step's loss, and the ratio to float32 sdpa.
+one warm-up step and prints seconds per step (median), the warm-up step's loss, and the ratio to float32 sdpa.
 
     python scripts/bench_train.py [--batches 6] [--batch-size 2]
     python scripts/bench_train.py --shared-rows 4 [--batches 2] [--bf16] [--default-heap]
@@ -152,7 +152,7 @@ STEP_VARIANTS = (
 
 
 def _time_recipe_steps(attention: str, dtype: str, autocast: bool, steps: int) -> tuple[list[float], float]:
-    """Seconds of each of ``steps`` optimizer steps of the recipe, after a warm-up step, and the first step's loss.
+    """Seconds of each of ``steps`` optimizer steps of the recipe, after a warm-up step, and the warm-up's loss.
 
     Args:
         attention: ``attn_implementation``.
@@ -161,7 +161,8 @@ def _time_recipe_steps(attention: str, dtype: str, autocast: bool, steps: int) -
         steps: Timed steps of four one-timeline micro-batches each.
 
     Returns:
-        ``(seconds_per_step, first_loss)``.
+        ``(seconds_per_step, first_loss)``; ``training_step`` only accumulates gradients, so every variant's loss is
+        that of the same weights and timelines.
     """
     from trl import get_peft_config
 
@@ -200,8 +201,8 @@ def _time_recipe_steps(attention: str, dtype: str, autocast: bool, steps: int) -
 
 def _step_variants_table(steps: int) -> None:
     """Times the recipe's step in each of ``STEP_VARIANTS`` and prints a table."""
-    print(f"the recipe's step (4 one-timeline micro-batches, cached prompt), {steps} steps after one warm-up, torch")
-    print(f"threads {torch.get_num_threads()}")
+    print(f"the recipe's step (4 one-timeline micro-batches, cached prompt), {steps} steps after one warm-up")
+    print(f"torch threads {torch.get_num_threads()}; the loss is the warm-up step's, before any update")
     print("| precision | attention | s/step (median) | steps | first loss | speed vs float32 sdpa |")
     print("|---|---|---|---|---|---|")
     baseline = None
