@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -60,15 +61,6 @@ def main() -> None:
         _step_variants_table(args.batches)
         return
 
-    overrides = ["--output_dir", "/tmp/clocktune-bench-train", "--report_to", "none", "--train_data", "unused"]
-    overrides += ["--bf16", str(args.bf16).lower()]
-    _, training_args, model_args = make_parser().parse_args_and_config(["--config", RECIPE, *overrides])
-    model, tokenizer, model_format, new_ids = load_model_and_tokenizer(training_args, model_args)
-    from trl import get_peft_config
-
-    peft_config = get_peft_config(model_args)
-    peft_config.trainable_token_indices = {"embed_tokens": new_ids}
-
     # Timelines with a hidden token each, so the streaming variant really builds and applies a mask.
     rows_per_batch = args.shared_rows or args.batch_size
     config = GeneratorConfig(domains=["smart_home"]) if args.shared_rows else GeneratorConfig()
@@ -78,10 +70,8 @@ def main() -> None:
         index += 1
         if any(event.revises for event in timeline.events):
             timelines.append(timeline)
-    dataset = render_timelines(timelines, tokenizer, model_format)
-    trainer = ClockSFTTrainer(
-        model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
-    )
+    trainer, dataset = _recipe_trainer(["--bf16", str(args.bf16).lower()], timelines)
+    training_args, tokenizer = trainer.args, trainer.processing_class
     collator = StreamingCollator(training_args.max_length, tokenizer.pad_token_id, pack=not args.shared_rows)
     rows = [dataset[i] for i in range(len(dataset))]
     batches = [collator(rows[i : i + rows_per_batch]) for i in range(0, len(rows), rows_per_batch)]
@@ -104,20 +94,12 @@ def main() -> None:
         # One optimizer step per group of rows: each row its own micro-batch, the step's labelled tokens the divisor.
         trainer.args.mask_policy = "streaming"
         trainer.args.cache_prompt = trainer.args.share_prompt = True
-        trainer.current_gradient_accumulation_steps = rows_per_batch
         groups = [
             [collator([row]) for row in rows[i : i + rows_per_batch]] for i in range(0, len(rows), rows_per_batch)
         ]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            start = None
-            for step, group in enumerate([groups[0], *groups]):  # the first group again as the warm-up
-                start = time.perf_counter() if step == 1 else start
-                trainer.state.global_step = step
-                labelled = sum(int((micro["labels"][:, 1:] != -100).sum()) for micro in group)
-                for micro in group:
-                    trainer.training_step(trainer.model, dict(micro), num_items_in_batch=labelled)
+        seconds, _ = _accumulated_steps(trainer, groups, args.bf16)
         trainer.current_gradient_accumulation_steps = 1
-        return tokens / (time.perf_counter() - start)
+        return tokens / sum(seconds)
 
     if args.shared_rows:
         _shared_prompt_table(timed, timed_micro_batches, len(batches), rows_per_batch, tokens)
@@ -151,6 +133,63 @@ STEP_VARIANTS = (
 )
 
 
+def _recipe_trainer(overrides: list[str], timelines: list) -> tuple[ClockSFTTrainer, Any]:
+    """The recipe's trainer (LoRA with the new token rows trainable) on ``timelines``, rendered by its tokenizer.
+
+    Args:
+        overrides: Command-line overrides of the recipe's YAML.
+        timelines: The timelines to render.
+
+    Returns:
+        ``(trainer, dataset)``.
+    """
+    from trl import get_peft_config
+
+    base = ["--output_dir", "/tmp/clocktune-bench-train", "--report_to", "none", "--train_data", "unused"]
+    _, training_args, model_args = make_parser().parse_args_and_config(["--config", RECIPE, *base, *overrides])
+    model, tokenizer, model_format, new_ids = load_model_and_tokenizer(training_args, model_args)
+    peft_config = get_peft_config(model_args)
+    peft_config.trainable_token_indices = {"embed_tokens": new_ids}
+    dataset = render_timelines(timelines, tokenizer, model_format)
+    trainer = ClockSFTTrainer(
+        model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
+    )
+    return trainer, dataset
+
+
+def _accumulated_steps(
+    trainer: ClockSFTTrainer, groups: list[list[dict]], autocast: bool
+) -> tuple[list[float], float]:
+    """Runs each group of one-row micro-batches as one optimizer step's gradient accumulation, the first group again
+    first as a warm-up, as the embedded CPU recipe trains (the step's labelled tokens the loss's divisor).
+
+    Args:
+        trainer: The trainer.
+        groups: Collated one-row micro-batches, a group per step.
+        autocast: bf16 autocast around the steps, as the training loop's accelerate runs a ``bf16`` recipe.
+
+    Returns:
+        ``(seconds_per_step, warm_up_loss)``: the timed steps' seconds, and the warm-up step's loss, which is the
+        loss at the loaded weights (``training_step`` only accumulates gradients; no optimizer step runs).
+    """
+    trainer.current_gradient_accumulation_steps = len(groups[0])
+    seconds, warm_up_loss = [], 0.0
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        for step, group in enumerate([groups[0], *groups]):
+            trainer.state.global_step = step
+            labelled = sum(int((micro["labels"][:, 1:] != -100).sum()) for micro in group)
+            started = time.perf_counter()
+            loss = sum(
+                float(trainer.training_step(trainer.model, dict(micro), num_items_in_batch=labelled))
+                for micro in group
+            )
+            if step:
+                seconds.append(time.perf_counter() - started)
+            else:
+                warm_up_loss = loss
+    return seconds, warm_up_loss
+
+
 def _time_recipe_steps(attention: str, dtype: str, autocast: bool, steps: int) -> tuple[list[float], float]:
     """Seconds of each of ``steps`` optimizer steps of the recipe, after a warm-up step, and the warm-up's loss.
 
@@ -161,42 +200,19 @@ def _time_recipe_steps(attention: str, dtype: str, autocast: bool, steps: int) -
         steps: Timed steps of four one-timeline micro-batches each.
 
     Returns:
-        ``(seconds_per_step, first_loss)``; ``training_step`` only accumulates gradients, so every variant's loss is
-        that of the same weights and timelines.
+        As :func:`_accumulated_steps`; every variant's loss is that of the same weights and timelines.
     """
-    from trl import get_peft_config
-
-    overrides = ["--output_dir", "/tmp/clocktune-bench-train", "--report_to", "none", "--train_data", "unused"]
-    overrides += ["--attn_implementation", attention, "--dtype", dtype, "--bf16", str(autocast).lower()]
-    _, training_args, model_args = make_parser().parse_args_and_config(["--config", RECIPE, *overrides])
-    model, tokenizer, model_format, new_ids = load_model_and_tokenizer(training_args, model_args)
-    peft_config = get_peft_config(model_args)
-    peft_config.trainable_token_indices = {"embed_tokens": new_ids}
-    rows_per_step = training_args.gradient_accumulation_steps
+    overrides = ["--attn_implementation", attention, "--dtype", dtype, "--bf16", str(autocast).lower()]
     config = GeneratorConfig(domains=["smart_home"])
+    rows_per_step = 4  # the recipe's gradient_accumulation_steps
     timelines = [generate_dialogue(index, 0, config) for index in range(steps * rows_per_step)]
-    dataset = render_timelines(timelines, tokenizer, model_format)
-    trainer = ClockSFTTrainer(
-        model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer, peft_config=peft_config
-    )
-    collator = StreamingCollator(training_args.max_length, tokenizer.pad_token_id, pack=False)
+    trainer, dataset = _recipe_trainer(overrides, timelines)
+    assert trainer.args.gradient_accumulation_steps == rows_per_step, "the recipe's step is no longer 4 timelines"
+    collator = StreamingCollator(trainer.args.max_length, trainer.processing_class.pad_token_id, pack=False)
     rows = [collator([dataset[i]]) for i in range(len(dataset))]
-    groups = [rows[i : i + rows_per_step] for i in range(0, len(rows), rows_per_step)]
-    trainer.current_gradient_accumulation_steps = rows_per_step
-    seconds, first_loss = [], None
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        for step, group in enumerate([groups[0], *groups]):  # the first group again as the warm-up
-            trainer.state.global_step = step
-            labelled = sum(int((micro["labels"][:, 1:] != -100).sum()) for micro in group)
-            started = time.perf_counter()
-            loss = sum(
-                float(trainer.training_step(trainer.model, dict(micro), num_items_in_batch=labelled))
-                for micro in group
-            )
-            if step:
-                seconds.append(time.perf_counter() - started)
-            first_loss = loss if first_loss is None else first_loss
-    return seconds, first_loss
+    return _accumulated_steps(
+        trainer, [rows[i : i + rows_per_step] for i in range(0, len(rows), rows_per_step)], autocast
+    )
 
 
 def _step_variants_table(steps: int) -> None:

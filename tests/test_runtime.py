@@ -102,13 +102,12 @@ def test_paired_bootstrap_intervals_cover_the_estimate_and_shrink_with_more_dial
     assert high_q - low_q > 1.5 * (high - low)
 
 
-def test_the_paired_accuracy_interval_is_narrower_than_the_gap_between_two_unpaired_ones():
+def test_the_accuracy_gaps_interval_depends_on_how_the_two_models_outcomes_pair_up():
     # 32 of 50 against 35 of 50 (make demo's two models, 2026-12-03), as two ways the 50 can pair up.
     model = [i < 32 for i in range(50)]
     nested = accuracy_delta_ci95([i < 35 for i in range(50)], model)  # the sync model completes a superset
-    crossed = accuracy_delta_ci95(
-        [i >= 15 for i in range(50)], model
-    )  # both complete 17, each of the other 33 only one
+    # Both complete 17; each of the other 33 only one of them.
+    crossed = accuracy_delta_ci95([i >= 15 for i in range(50)], model)
     assert nested[0] >= 0.0 and nested[0] < 0.06 < nested[1]  # three more, never fewer
     assert crossed[0] < -0.1 and crossed[1] > 0.2  # the same 6 points, from 18 against 15
     assert accuracy_delta_ci95(model, model) == [0.0, 0.0]

@@ -84,13 +84,17 @@ def accuracy_delta_ci95(
     Raises:
         ValueError: If the two sequences differ in length.
     """
-    import numpy as np
 
     if len(accurate) != len(baseline_accurate):
         raise ValueError(f"paired outcomes differ in length: {len(accurate)} against {len(baseline_accurate)}")
     if not accurate:
         return None
-    rows = _resampled_rows(len(accurate), resamples, seed)
+    return _accuracy_interval(accurate, baseline_accurate, _resampled_rows(len(accurate), resamples, seed))
+
+
+def _accuracy_interval(accurate: Sequence[bool], baseline_accurate: Sequence[bool], rows) -> list[float] | None:
+    import numpy as np
+
     deltas = np.array(accurate, dtype=float)[rows] - np.array(baseline_accurate, dtype=float)[rows]
     return _interval(deltas.mean(axis=1))
 
@@ -126,9 +130,8 @@ def paired_bootstrap(
         warnings.simplefilter("ignore", RuntimeWarning)  # a resample with no answered dialogue has no median
         ratios = np.nanmedian(latencies(baseline)[rows], axis=1) / np.nanmedian(latencies(policy)[rows], axis=1)
     ratios = ratios[np.isfinite(ratios)]
-    accuracy = accuracy_delta_ci95(
-        [r.accurate for r in policy.results], [r.accurate for r in baseline.results], resamples, seed
-    )
+    # The same draws as the speedup's: one resampling of the dialogues for both intervals.
+    accuracy = _accuracy_interval([r.accurate for r in policy.results], [r.accurate for r in baseline.results], rows)
     return {"speedup_p50_ci95": _interval(ratios), "accuracy_delta_ci95": accuracy}
 
 
