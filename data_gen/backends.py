@@ -7,12 +7,14 @@ runtime receives it and never looks domains up itself (docs/design.md §6).
 from __future__ import annotations
 
 import copy
+import functools
+from collections.abc import Iterable
 from typing import Any
 
 from clocktune.timeline.events import GroundTruthCall, Timeline
 from clocktune.timeline.io import Issue
 from clocktune.tools import BackendFactory, BrokenCallError, ToolBackend, ToolError
-from data_gen.declarative import declared_backend
+from data_gen.declarative import UntrustedDomainCodeError, declared_backend
 from data_gen.plugins import DomainBackend, DomainPlugin, find_plugin
 
 __all__ = [
@@ -20,9 +22,11 @@ __all__ = [
     "DomainBackend",
     "RecordingBackend",
     "backend_factory",
+    "check_domain_code",
     "check_ground_truth_state",
     "make_backend",
     "serves",
+    "session_backends",
 ]
 
 # Imported BFCL timelines are named "bfcl"; their backends load from the bfcl-eval wheel.
@@ -70,52 +74,100 @@ class RecordingBackend:
         return self.backend.state()
 
 
-def backend_factory(timeline: Timeline) -> BackendFactory | None:
+def backend_factory(timeline: Timeline, trust_domain_code: bool = False) -> BackendFactory | None:
     """The one lookup of a timeline's backend: a registered plugin, else the declarative domain file it names.
 
     Args:
         timeline: The timeline.
+        trust_domain_code: Whether a domain file the timeline names may run its backend module (the user's
+            ``--trust-domain-code``); a plugin is installed code and needs no flag.
 
     Returns:
         The factory, or ``None`` when no plugin serves the domain and the timeline names no usable domain file.
 
     Raises:
-        ValueError: When the entry point that would serve the domain failed to load.
+        UntrustedDomainCodeError: When the timeline's domain file has a Python backend and the flag is off.
+        ValueError: When the entry point that would serve the domain failed to load, or the domain file it names
+            is missing, changed or invalid.
     """
     plugin = find_plugin(timeline.domain)
     if plugin is not None:
         return plugin.backend
     # A declarative domain given with --domain FILE is no plugin: its timelines name the file (path and hash).
-    return declared_backend(timeline)
+    return declared_backend(timeline, trust_domain_code)
 
 
-def serves(timeline: Timeline | str) -> bool:
+def serves(timeline: Timeline | str, trust_domain_code: bool = False) -> bool:
     """Whether :func:`make_backend` has a backend for a timeline (or, given a name, for a registered domain)."""
     try:
         if isinstance(timeline, str):
             return find_plugin(timeline) is not None
-        return backend_factory(timeline) is not None
+        return backend_factory(timeline, trust_domain_code) is not None
     except ValueError:
         return False
 
 
-def make_backend(timeline: Timeline) -> ToolBackend:
+def make_backend(timeline: Timeline, trust_domain_code: bool = False) -> ToolBackend:
     """A fresh backend for a timeline, in the timeline's initial state.
 
     Args:
         timeline: The timeline whose ``domain`` and ``initial_state`` pick and seed the backend.
+        trust_domain_code: Whether a domain file the timeline names may run its backend module.
 
     Returns:
         The backend.
 
     Raises:
         ValueError: For a domain no backend serves, naming a broken entry point or a declarative domain file that
-            is missing or changed (or, for imported BFCL timelines, a missing ``bfcl-eval``).
+            is missing or changed (or, for imported BFCL timelines, a missing ``bfcl-eval``); an
+            :class:`UntrustedDomainCodeError` for a domain file's code without the flag.
     """
-    factory = backend_factory(timeline)
+    factory = backend_factory(timeline, trust_domain_code)
     if factory is None:
         raise ValueError(f"timeline {timeline.id!r}: no tool backend for domain {timeline.domain!r}")
     return factory(timeline)
+
+
+def session_backends(trust_domain_code: bool = False) -> BackendFactory:
+    """:func:`make_backend` with the user's trust bound: the factory the CLI hands to sessions and training.
+
+    Args:
+        trust_domain_code: The command line's ``--trust-domain-code``.
+
+    Returns:
+        ``factory(timeline) -> ToolBackend``.
+    """
+    return functools.partial(make_backend, trust_domain_code=trust_domain_code)
+
+
+def check_domain_code(timelines: Iterable[Timeline], trust_domain_code: bool = False) -> None:
+    """Refuses, before anything runs, timelines whose domain file would run code the user did not trust.
+
+    A command that plays sessions calls it on its timelines first, so that the refusal is one line up front, not a
+    failed session in the middle of a run (and no output folder is stamped). Other backend problems are left to
+    the sessions, which report them as they do today.
+
+    Args:
+        timelines: The timelines the command will play.
+        trust_domain_code: The command line's ``--trust-domain-code``.
+
+    Raises:
+        UntrustedDomainCodeError: For the first timeline naming a domain file with a Python backend, without the
+            flag; the message names the file, the module and the flag. Nothing is imported.
+    """
+    seen: set[str] = set()
+    for timeline in timelines:
+        named = timeline.initial_state.get("domain_file")
+        key = f"{timeline.domain}\0{named.get('path') if isinstance(named, dict) else ''}"
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            backend_factory(timeline, trust_domain_code)
+        except UntrustedDomainCodeError:
+            raise
+        except ValueError:
+            continue
 
 
 def _differing_field(state: Any, expected: Any) -> str:
@@ -130,7 +182,9 @@ def _differing_field(state: Any, expected: Any) -> str:
     return field
 
 
-def check_ground_truth_state(timeline: Timeline, path: str = "<timeline>", line: int = 0) -> list[Issue]:
+def check_ground_truth_state(
+    timeline: Timeline, path: str = "<timeline>", line: int = 0, trust_domain_code: bool = False
+) -> list[Issue]:
     """Replays a timeline's ground-truth calls on a fresh backend and compares the final state.
 
     Refusals are outcomes (ground truth holds the calls that reached the backend) and do not count; a call the
@@ -140,15 +194,16 @@ def check_ground_truth_state(timeline: Timeline, path: str = "<timeline>", line:
         timeline: The timeline.
         path: File name for the issues.
         line: Line number for the issues.
+        trust_domain_code: Whether a domain file the timeline names may run its backend module.
 
     Returns:
         One issue when the backend cannot be built, a call cannot run, or the replay ends in another state than
         ``ground_truth.final_state`` (the field names where they first differ); else none.
     """
-    if not serves(timeline):
+    if not serves(timeline, trust_domain_code):
         return []
     try:
-        backend = make_backend(timeline)
+        backend = make_backend(timeline, trust_domain_code)
     except ValueError as error:
         return [Issue(path, line, "initial_state", str(error))]
     for index, call in enumerate(timeline.ground_truth.calls):

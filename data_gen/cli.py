@@ -18,9 +18,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clocktune.cli.arguments import non_negative_int, output_file, output_folder, positive_int, run_command
+from clocktune.cli.arguments import (
+    add_trust_flag,
+    check_out_apart,
+    non_negative_int,
+    output_file,
+    output_folder,
+    positive_int,
+    run_command,
+)
 
 DOMAIN_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _dialogue_count(text: str) -> int:
+    # --num: a positive integer up to the writer's cap, refused by argparse before anything is built.
+    from data_gen.writer import MAX_DIALOGUES
+
+    value = positive_int(text)
+    if value > MAX_DIALOGUES:
+        raise argparse.ArgumentTypeError(f"must be ≤ {MAX_DIALOGUES:,} (generate more as several runs), got {text}")
+    return value
 
 
 def _print_stats(stats: dict) -> None:
@@ -70,30 +88,38 @@ def _expand(paths: list[str]) -> list[Path]:
     return files
 
 
-def _replay_check(unreplayed: dict[str, tuple[int, str]]) -> Callable[..., list]:
-    """The ground-truth rule of ``validate``, counting the timelines no backend serves (by domain, with why)."""
+def _replay_check(unreplayed: dict[str, tuple[int, str]], trust_domain_code: bool) -> Callable[..., list]:
+    """The ground-truth rule of ``validate``, counting the timelines no backend serves (by domain, with why).
+
+    A timeline whose domain file would run code the user did not trust stops the command (the error propagates):
+    the refusal is one line naming the module and the flag, not a count among the unreplayed.
+    """
     from data_gen.backends import backend_factory, check_ground_truth_state
+    from data_gen.declarative import UntrustedDomainCodeError
 
     def check(timeline: Any, path: str, line: int) -> list:
         try:
-            reason = "" if backend_factory(timeline) is not None else "no plugin serves it"
+            reason = "" if backend_factory(timeline, trust_domain_code) is not None else "no plugin serves it"
+        except UntrustedDomainCodeError as error:
+            raise UntrustedDomainCodeError(f"{path}:{line}: {error}") from None
         except ValueError as error:
             reason = str(error)
         if reason:
             count, _ = unreplayed.get(timeline.domain, (0, reason))
             unreplayed[timeline.domain] = (count + 1, reason)
             return []
-        return check_ground_truth_state(timeline, path, line)
+        return check_ground_truth_state(timeline, path, line, trust_domain_code)
 
     return check
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from clocktune.timeline.validate import validate_file
+    from data_gen.declarative import UntrustedDomainCodeError
 
     total, bad_lines, issues_found = 0, 0, 0
     unreplayed: dict[str, tuple[int, str]] = {}
-    check = _replay_check(unreplayed)
+    check = _replay_check(unreplayed, args.trust_domain_code)
     files = []
     for name in args.paths:
         expanded = _expand([name])
@@ -109,6 +135,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         try:
             count, issues = validate_file(path, check)
+        except UntrustedDomainCodeError:
+            raise
         except (OSError, UnicodeDecodeError, ValueError) as error:
             print(f"{path}:0:-: cannot read ({error})")
             issues_found += 1
@@ -169,6 +197,7 @@ def cmd_import_bfcl(args: argparse.Namespace) -> int:
     from data_gen.config import load_config
     from data_gen.importers.bfcl import import_bfcl
 
+    check_out_apart(args.out, args.data_dir, "--data-dir")
     config = load_config(args.config)
     if args.teacher is not None:
         config = replace(config, teacher=args.teacher)
@@ -190,6 +219,7 @@ def cmd_import_chat(args: argparse.Namespace) -> int:
     from data_gen.config import load_config
     from data_gen.importers.chat import ChatImportError, import_chat
 
+    check_out_apart(args.out, args.source, "source")
     config = load_config(args.config)
     if args.teacher is not None:
         config = replace(config, teacher=args.teacher)
@@ -212,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="generate timelines into sharded files with stats.json")
     gen.add_argument("--config", default=None, help="generator YAML (defaults when omitted)")
-    gen.add_argument("--num", type=positive_int, required=True, help="number of dialogues")
+    gen.add_argument("--num", type=_dialogue_count, required=True, help="number of dialogues (at most 10,000,000)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--out", type=output_folder, required=True, help="output folder (shards in OUT/data)")
     gen.add_argument("--num-proc", type=positive_int, default=1)
@@ -234,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument(
         "--strict", action="store_true", help="a timeline whose ground truth no backend can replay is an issue"
     )
+    add_trust_flag(val)
     val.set_defaults(func=cmd_validate)
 
     show = sub.add_parser("show", help="print one timeline and optionally draw it")

@@ -11,7 +11,7 @@ from data_gen.config import GeneratorConfig
 from data_gen.declarative import load_domain_file
 from data_gen.domains.base import Domain
 from data_gen.no_tool import no_tool
-from data_gen.plugins import generatable_domains, plugin_errors
+from data_gen.plugins import find_plugin, generatable_domains, plugin_errors
 from data_gen.task import Task, TaskContext
 
 
@@ -20,11 +20,18 @@ def dialogue_seed(seed: int, index: int) -> int:
     return random.Random(f"{seed}:{index}").getrandbits(48)
 
 
-def select_domains(config: GeneratorConfig) -> list[Domain]:
+def select_domains(config: GeneratorConfig, trust_code: bool = True) -> list[Domain]:
     """The domains a config draws from, in a fixed order: ``domains`` by name, then ``domain_files``.
 
     Names are looked up among the registered plugins (:mod:`data_gen.plugins`); with neither list, every registered
-    generatable domain is drawn from, sorted by name.
+    generatable domain is drawn from, sorted by name. A domain file may not take a name a registered plugin serves
+    (``bfcl-x`` is the BFCL importer's): its timelines would be routed to that plugin's backend.
+
+    Args:
+        config: The generator config.
+        trust_code: Whether the domain files' backend modules may be imported: true for the user's own config
+            (the command line's ``--config`` and ``--domain``), false for one read from data (a dataset's
+            ``generation.json``); see :func:`data_gen.declarative.load_domain_file`.
 
     Raises:
         ValueError: For an unknown domain name (naming the entry points that failed to load), a domain file that
@@ -38,7 +45,7 @@ def select_domains(config: GeneratorConfig) -> list[Domain]:
             "no domains are registered (entry points of group clocktune.domains): install the project with "
             "`pip install -e .` (make setup)"
         )
-    files = [load_domain_file(path) for path in config.domain_files]
+    files = [load_domain_file(path, trust_code=trust_code) for path in config.domain_files]
     from_files = {domain.name: domain for domain in files}
     unknown = [name for name in names if name not in registered and name not in from_files]
     if unknown:
@@ -47,6 +54,12 @@ def select_domains(config: GeneratorConfig) -> list[Domain]:
     for path, domain in zip(config.domain_files, files, strict=True):
         if domain.name in registered:
             raise ValueError(f"{path}: domain {domain.name!r} is already a registered domain: rename it")
+        served_by = find_plugin(domain.name)
+        if served_by is not None:
+            raise ValueError(
+                f"{path}: domain {domain.name!r} would be served by the registered plugin {served_by.name!r} "
+                f"(it serves every {served_by.name}-... and {served_by.name}:... domain): rename it"
+            )
         if sum(other.name == domain.name for other in files) > 1:
             raise ValueError(f"{path}: domain {domain.name!r} is given twice in domain_files")
     chosen = [registered.get(name) or from_files[name] for name in names]

@@ -1,13 +1,15 @@
 """Generating a dataset: shards written atomically, in parallel, resumable, with statistics.
 
 The shard layout depends only on ``num`` and ``shard_size``, and dialogue ``i`` only on the seed and ``i``, so
-the files are byte-identical whatever the number of processes. A shard that exists is complete (it was
+the files are byte-identical whatever the number of processes. Shards are generated a window at a time, so memory
+stays bounded however many there are. A shard that exists is complete (it was
 renamed into place), so a rerun of the same command skips it and only reads it back for the statistics; one that
 does not read back complete is refused, naming it (see :func:`_read_shard`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -20,13 +22,16 @@ from clocktune.atomic import atomic_write_lines
 from clocktune.settings_stamp import stamp_settings
 from clocktune.timeline.io import iter_timeline_file, timeline_to_json, write_parquet
 from data_gen.config import GeneratorConfig, config_to_dict
-from data_gen.declarative import file_digest
+from data_gen.declarative import backend_digest, file_digest
 from data_gen.dialogues import select_domains
 from data_gen.generate import generate_dialogue
 from data_gen.stats import DatasetStats
 
 MANIFEST = "generation.json"
 FORMATS = ("jsonl", "parquet")
+MAX_DIALOGUES = 10_000_000
+"""The most dialogues one run generates: the statistics keep a few numbers per dialogue (about 250 bytes), so 10
+million need some 2.5 GB and hours on one core; generate more as several runs (other seeds, other folders)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,8 @@ class GenerationJob:
         shard_size: Dialogues per shard file.
 
     Raises:
-        ValueError: For ``num`` or ``shard_size`` below 1, or an unknown format.
+        ValueError: For ``num`` or ``shard_size`` below 1 or ``num`` above :data:`MAX_DIALOGUES`, or an unknown
+            format.
     """
 
     config: GeneratorConfig
@@ -56,6 +62,8 @@ class GenerationJob:
         for name in ("num", "shard_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        if self.num > MAX_DIALOGUES:
+            raise ValueError(f"num must be ≤ {MAX_DIALOGUES:,} (generate more as several runs), got {self.num:,}")
         if self.fmt not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.fmt!r}")
 
@@ -80,6 +88,10 @@ class GenerationJob:
         if self.config.domain_files:
             # The files' content, not only their names: an edited domain file is other settings.
             settings["domain_files_sha256"] = [file_digest(path) for path in self.config.domain_files]
+            # And their backends' code: an edited backend module gives other results from the same file.
+            backends = [backend_digest(path) for path in self.config.domain_files]
+            if any(backends):
+                settings["domain_backends_sha256"] = backends
         return settings
 
 
@@ -137,6 +149,31 @@ def _shard_worker(args: tuple[GenerationJob, int]) -> tuple[int, DatasetStats]:
     return index, _shard(job, index)
 
 
+def _shards_written(out_dir: Path) -> bool:
+    data = out_dir / "data"
+    return data.is_dir() and any(data.glob("train-*-of-*.*"))
+
+
+def _window_stats(job: GenerationJob, num_proc: int, bar: tqdm) -> DatasetStats:
+    # Shards are handed out a window at a time and merged in index order as each window ends, so that memory and
+    # the work queue stay bounded by the window whatever --num is, and the statistics are the same whatever the
+    # number of processes. (Pool.imap would read a whole task list into its queue before the first shard ends.)
+    stats = DatasetStats()
+    window = num_proc * 4
+    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    with context.Pool(num_proc) if num_proc > 1 else contextlib.nullcontext() as pool:
+        for start in range(0, job.num_shards, window):
+            tasks = [(job, index) for index in range(start, min(start + window, job.num_shards))]
+            partial: dict[int, DatasetStats] = {}
+            results = pool.imap_unordered(_shard_worker, tasks) if pool is not None else map(_shard_worker, tasks)
+            for index, shard_stats in results:
+                partial[index] = shard_stats
+                bar.update(shard_stats.dialogues)
+            for index in sorted(partial):
+                stats.merge(partial[index])
+    return stats
+
+
 def run_generation(job: GenerationJob, num_proc: int = 1, progress: bool = True) -> dict:
     """Generates (or completes) a dataset and writes ``stats.json`` next to the shards.
 
@@ -161,26 +198,17 @@ def run_generation(job: GenerationJob, num_proc: int = 1, progress: bool = True)
     select_domains(job.config)  # also fails before starting workers
     if job.out_dir.exists() and not job.out_dir.is_dir():
         raise ValueError(f"{job.out_dir} is a file, not a folder")
-    stamp_settings(job.out_dir / MANIFEST, job.manifest())
+    manifest = job.manifest()
+    if (job.out_dir / MANIFEST).exists() and not _shards_written(job.out_dir):
+        # A run that failed before its first shard wrote nothing the new settings could mix with: its stamp must
+        # not refuse the corrected command.
+        (job.out_dir / MANIFEST).unlink()
+    stamp_settings(job.out_dir / MANIFEST, manifest)
     (job.out_dir / "data").mkdir(parents=True, exist_ok=True)
 
-    stats = DatasetStats()
-    partial: dict[int, DatasetStats] = {}
-    tasks = [(job, index) for index in range(job.num_shards)]
     bar = tqdm(total=job.num, unit="dlg", disable=not progress, desc="generate")
-    if num_proc > 1:
-        with multiprocessing.get_context("fork" if os.name == "posix" else "spawn").Pool(num_proc) as pool:
-            for index, shard_stats in pool.imap_unordered(_shard_worker, tasks):
-                partial[index] = shard_stats
-                bar.update(shard_stats.dialogues)
-    else:
-        for task in tasks:
-            index, shard_stats = _shard_worker(task)
-            partial[index] = shard_stats
-            bar.update(shard_stats.dialogues)
+    stats = _window_stats(job, num_proc, bar)
     bar.close()
-    for index in range(job.num_shards):
-        stats.merge(partial[index])
     result = stats.to_dict()
     atomic_write_lines(job.out_dir / "stats.json", [json.dumps(result, indent=2) + "\n"])
     return result

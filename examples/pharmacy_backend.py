@@ -1,7 +1,9 @@
 """The backend of ``examples/pharmacy.yaml``: ``execute(state, name, arguments) -> result``.
 
-The domain file names it as ``pharmacy_backend:execute``; it is imported from ``sys.path`` or, failing that, from the
-domain file's folder. It mutates ``state`` for the state-changing tool and raises :class:`ToolError` to refuse a call.
+The domain file names it as ``pharmacy_backend:execute``; it is imported from the domain file's own folder, and only
+when the user trusts the file (``generate --domain examples/pharmacy.yaml``, or ``--trust-domain-code`` on a command
+reading timelines that name it). It mutates ``state`` for the state-changing tool and raises :class:`ToolError` to
+refuse a call.
 """
 
 from __future__ import annotations

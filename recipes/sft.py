@@ -8,12 +8,13 @@ Usage:
 Every YAML under configs/ starts with its own launch line. The code lives in clocktune.train.sft, so that
 `clocktune train --config ...` runs exactly the same steps. This top-level script is where the generator's tool
 backends and experts are handed to training, for the live evaluation (`live_eval_steps`) and the on-policy rounds
-(`on_policy_rounds`): the library below it never imports data_gen.
+(`on_policy_rounds`): the library below it never imports data_gen. A domain file's Python backend named by the
+data runs only with `--trust-domain-code` (see data_gen/declarative).
 """
 
 from clocktune.train.sft import run
-from data_gen.backends import make_backend
+from data_gen.backends import session_backends
 from data_gen.expert import experts_of_data
 
 if __name__ == "__main__":
-    run(backends=make_backend, experts=experts_of_data)
+    run(backends=session_backends, experts=experts_of_data)

@@ -14,7 +14,7 @@ import yaml
 from clocktune.cli import main as clocktune_main
 from clocktune.timeline import read_timelines, validate_timeline
 from clocktune.timeline.io import write_timelines
-from data_gen.backends import make_backend, serves
+from data_gen.backends import make_backend, serves, session_backends
 from data_gen.cli import main as datagen_main
 from data_gen.config import GeneratorConfig
 from data_gen.dialogues import select_domains
@@ -140,7 +140,7 @@ def test_a_yaml_domain_outside_the_package_generates_valid_timelines(generated):
 
 def test_validate_replays_the_ground_truth_of_a_yaml_domain(generated, capsys):
     _, out = generated
-    assert datagen_main(["validate", "--strict", str(out / "data")]) == 0
+    assert datagen_main(["validate", "--strict", "--trust-domain-code", str(out / "data")]) == 0
     printed = capsys.readouterr().out
     assert "24 timeline(s) valid" in printed and "not replayed" not in printed
     timeline = read_timelines(next((out / "data").glob("*.jsonl")))[0]
@@ -181,7 +181,7 @@ def test_a_tiny_model_trains_on_a_yaml_domain(generated, tmp_path):
     from tests.test_train import sft_args, tiny_model_dir
 
     _, out = generated
-    trainer = run(sft_args(tiny_model_dir(tmp_path, "llama"), out / "data", tmp_path / "run"), backends=make_backend)
+    trainer = run(sft_args(tiny_model_dir(tmp_path, "llama"), out / "data", tmp_path / "run"), backends=session_backends)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
     assert (tmp_path / "run" / "config.json").exists()
@@ -202,7 +202,7 @@ def test_the_example_domain_with_a_python_backend_generates_and_validates(tmp_pa
     timelines = read_timelines(next((out / "data").glob("*.jsonl")))
     refills = [t for t in timelines if t.task == "refill"]
     assert refills and all(t.ground_truth.final_state != t.initial_state for t in refills)  # the write changed state
-    assert datagen_main(["validate", "--strict", str(out / "data")]) == 0
+    assert datagen_main(["validate", "--strict", "--trust-domain-code", str(out / "data")]) == 0
     assert "30 timeline(s) valid" in capsys.readouterr().out
 
 

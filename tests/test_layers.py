@@ -19,6 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
         "clocktune.timeline",
         "clocktune.clock",
         "clocktune.atomic",
+        "clocktune.data_files",
         "clocktune.heap",
         "clocktune.settings_stamp",
         "clocktune.yaml_config",

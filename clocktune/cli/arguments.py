@@ -18,6 +18,8 @@ import yaml
 
 __all__ = [
     "EXPECTED_ERRORS",
+    "add_trust_flag",
+    "check_out_apart",
     "describe_error",
     "draft_name",
     "non_negative_int",
@@ -127,6 +129,46 @@ def output_file(text: str) -> str:
     if not found.is_dir():
         raise argparse.ArgumentTypeError(f"{text} would go under {found}, which is a file, not a folder")
     return text
+
+
+def check_out_apart(out: str, inputs: str | list[str] | None, flag: str) -> None:
+    """Refuses an output folder that is one of the command's input folders or lies inside one.
+
+    A command writes results, journals and plots into ``--out``; inside an input folder they would become part of
+    the input (``validate`` of the data folder would then fail on ``results.jsonl``), and a rerun would read them
+    back as data.
+
+    Args:
+        out: The ``--out`` folder.
+        inputs: The input paths (files or folders), or ``None``.
+        flag: The inputs' flag, for the message (``--data``).
+
+    Raises:
+        ValueError: ``argument --out: OUT is (inside) the input folder INPUT (--data): ...``.
+    """
+    if inputs is None:
+        return
+    out_path = Path(out).resolve()
+    for name in [inputs] if isinstance(inputs, str) else inputs:
+        folder = Path(name).resolve()
+        if not folder.is_dir():
+            continue
+        if out_path == folder or out_path.is_relative_to(folder):
+            where = "is" if out_path == folder else "lies inside"
+            raise ValueError(
+                f"argument --out: {out} {where} the input folder {name} ({flag}): what the command writes would "
+                "mix with its input; choose a folder outside it"
+            )
+
+
+def add_trust_flag(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--trust-domain-code`` to a command that may play sessions of timelines naming a domain file."""
+    parser.add_argument(
+        "--trust-domain-code",
+        action="store_true",
+        help="import the Python backend of a declarative domain file the timelines name (code from the data: "
+        "pass it only for data you trust, as trust_remote_code for models); a recorded-responses backend needs none",
+    )
 
 
 def describe_error(error: BaseException) -> str:

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from clocktune.cli.arguments import (
+    add_trust_flag,
+    check_out_apart,
     draft_name,
     non_negative_int,
     output_file,
@@ -93,6 +95,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from clocktune.atomic import atomic_write_folder, atomic_write_text
     from clocktune.rendered_dataset import load_timeline_files, render_timelines, summarize
 
+    check_out_apart(args.out, args.input, "--input")
     timelines = load_timeline_files(args.input)
     tokenizer = load_tokenizer(args.tokenizer)
     encoding = prepare_tokenizer(tokenizer, args.model_format, args.time_codec)
@@ -161,12 +164,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         The exit status, 0.
     """
     from clocktune.train.sft import run
-    from data_gen.backends import make_backend
+    from data_gen.backends import session_backends
     from data_gen.expert import experts_of_data
 
     # The generator's backends serve the sessions of the live evaluation (`live_eval_steps`) and of the on-policy
-    # rollouts (`on_policy_rounds`), whose experts label them.
-    run(args.recipe_args, backends=make_backend, experts=experts_of_data)
+    # rollouts (`on_policy_rounds`), whose experts label them; the recipe's --trust-domain-code picks their trust.
+    run(args.recipe_args, backends=session_backends, experts=experts_of_data)
     return 0
 
 
@@ -225,9 +228,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
         timelines, backends = None, None
         if args.data:  # acceptance needs sessions: held-out timelines, played live under each drafter
             from clocktune.rendered_dataset import load_timeline_files
-            from data_gen.backends import make_backend
+            from data_gen.backends import check_domain_code, session_backends
 
-            timelines, backends = load_timeline_files(args.data)[: args.limit], make_backend
+            timelines = load_timeline_files(args.data)[: args.limit]
+            check_domain_code(timelines, args.trust_domain_code)
+            backends = session_backends(args.trust_domain_code)
         costs = measure_speculation(model, tokenizer, args.drafters, args.context_tokens, timelines, backends)
         if args.draft != "none":
             profile = charge_drafter(profile, costs, args.draft)
@@ -282,9 +287,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         policy_spec,
     )
     from clocktune.runtime.session import SessionConfig
-    from data_gen.backends import make_backend
+    from data_gen.backends import check_domain_code, session_backends
 
+    check_out_apart(args.out, args.data, "--data")
     timelines = load_timeline_files(args.data)[: args.limit]
+    check_domain_code(timelines, args.trust_domain_code)  # before any model loads or the journal is stamped
     clock = clock_named(args.clock)
     config = SessionConfig(device=load_device_profile(args.profile), clock=clock, failure_rate=args.failure_rate)
     baseline_model = args.baseline_model or args.model
@@ -314,7 +321,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         timelines,
         policy,
         baseline,
-        make_backend,
+        session_backends(args.trust_domain_code),
         config,
         args.out,
         bound=bound_specs(),
@@ -479,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="added to the call marker's logit at a checkpoint's first action token while the user speaks: calls"
         " sooner, faster answers, more wrong guesses (default 0; BENCHMARKS.md, 'Speculation bias')",
     )
+    add_trust_flag(evaluate)
     evaluate.set_defaults(func=cmd_eval)
 
     profile = sub.add_parser("profile", help="measure a model's prefill and decode rates on this device")
@@ -509,6 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument(
         "--out", type=output_file, default=None, help="write the profile here as YAML, for `clocktune eval --profile`"
     )
+    add_trust_flag(profile)
     profile.set_defaults(func=cmd_profile)
 
     add_rollout_parser(sub)

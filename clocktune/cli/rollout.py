@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clocktune.cli.arguments import draft_name, output_folder, positive_int
+from clocktune.cli.arguments import add_trust_flag, check_out_apart, draft_name, output_folder, positive_int
 from clocktune.clock import PROFILES
 
 __all__ = ["add_rollout_parser", "cmd_rollout"]
@@ -34,11 +34,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from clocktune.runtime.policy_factories import load_policy_model, policy_spec
     from clocktune.runtime.session import SessionConfig
     from clocktune.train.rollout import rollout
-    from data_gen.backends import make_backend
+    from data_gen.backends import check_domain_code, session_backends
     from data_gen.expert import experts_of_data
 
+    check_out_apart(args.out, args.data, "--data")
     experts = experts_of_data(args.expert, args.data)
     timelines = load_timeline_files([args.data])[: args.limit]
+    check_domain_code(timelines, args.trust_domain_code)  # before the model loads
     student = policy_spec(
         args.strategy,
         args.model,
@@ -60,7 +62,14 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "draft": args.draft,
     }
     summary = rollout(
-        timelines, student, experts, make_backend, session_config, args.out, settings, takeover=args.takeover
+        timelines,
+        student,
+        experts,
+        session_backends(args.trust_domain_code),
+        session_config,
+        args.out,
+        settings,
+        takeover=args.takeover,
     )
     print(
         f"{summary.sessions} sessions: the student completed {summary.completed} live "
@@ -114,4 +123,5 @@ def add_rollout_parser(sub: argparse._SubParsersAction) -> None:
         help="the student's drafter for speculative decoding (lossless: the same data, sooner): none, "
         "prompt_lookup[:N], layer_skip[:N], int8, int4, auto",
     )
+    add_trust_flag(rollout)
     rollout.set_defaults(func=cmd_rollout)

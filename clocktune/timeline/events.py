@@ -36,6 +36,10 @@ KIND_SOURCE: dict[str, str] = {
     "notice": "system",
 }
 AGENT_KINDS = frozenset(kind for kind, source in KIND_SOURCE.items() if source == "agent")
+# The longest a timeline (and a session played from it) may run, in seconds of its own clock: an hour of
+# conversation is far beyond any dialogue here, and a bound keeps a hostile time (a silence of 1e9 s) from making a
+# session on the virtual clock run for ever.
+MAX_TIMELINE_S = 3600.0
 # The teacher of an on-policy example (``clocktune rollout``): a student's session cut at an expert's label.
 ON_POLICY_TEACHER = "on_policy"
 

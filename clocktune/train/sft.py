@@ -29,6 +29,9 @@ from clocktune.models import resolve_model_path
 from clocktune.train.config import ClockSFTConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from clocktune.timeline.events import Timeline
     from clocktune.tools import BackendFactory
     from clocktune.train.on_policy import ExpertsBuilder
 
@@ -40,10 +43,20 @@ class TimelineDataArguments:
     Args:
         train_data: Timeline files or folders (``.jsonl``/``.parquet``) to train on.
         eval_data: Timeline files or folders for evaluation.
+        trust_domain_code: Whether a declarative domain file named by the timelines (live evaluation, on-policy
+            rounds) may import its backend's Python module; off, such data is refused before the model loads.
+            ``--trust-domain-code`` on the command line, as ``trust_remote_code`` is for models.
     """
 
     train_data: list[str] = field(default_factory=list, metadata={"help": "Timeline files or folders to train on."})
     eval_data: list[str] | None = field(default=None, metadata={"help": "Timeline files or folders to evaluate on."})
+    trust_domain_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the Python backend of a domain file the timelines name (their sessions need it).",
+            "aliases": ["--trust-domain-code"],
+        },
+    )
 
     def __post_init__(self) -> None:
         # A YAML scalar (`train_data: data/demo`) reaches a list field unsplit, and a string would be read as its
@@ -103,6 +116,18 @@ def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelCon
     return model, tokenizer, model_format, new_token_ids
 
 
+def _check_backends(timelines: list[Timeline], backends: BackendFactory) -> None:
+    # One backend per distinct domain file, built now: a domain whose code the user did not trust (or whose file
+    # is gone) fails before the model loads, not at the first live evaluation an hour in.
+    seen = set()
+    for timeline in timelines:
+        named = timeline.initial_state.get("domain_file")
+        key = (timeline.domain, named.get("path") if isinstance(named, dict) else None)
+        if key not in seen:
+            seen.add(key)
+            backends(timeline)
+
+
 def main(
     data_args: TimelineDataArguments,
     training_args: ClockSFTConfig,
@@ -154,10 +179,12 @@ def main(
             )
         # Before the model loads: a wrong path or profile fails in seconds, not after the first evaluation steps.
         live_eval = load_live_eval_inputs(training_args)
+        _check_backends(live_eval[0], backends)
     on_policy = None
     if training_args.on_policy_rounds > 0:
         # Also before the model loads: data that are not generated fail now, not after the first training.
         on_policy = prepare_on_policy(data_args.train_data, training_args, experts, backends)
+        _check_backends(on_policy.tasks, backends)
     if training_args.device.type == "cpu":
         from clocktune.heap import hold_freed_memory
 
@@ -241,16 +268,22 @@ def make_parser() -> TrlParser:
     return TrlParser((TimelineDataArguments, ClockSFTConfig, ModelConfig))
 
 
-def run(argv: list[str] | None = None, backends: BackendFactory | None = None, experts: ExpertsBuilder | None = None):
+def run(
+    argv: list[str] | None = None,
+    backends: Callable[[bool], BackendFactory] | None = None,
+    experts: ExpertsBuilder | None = None,
+):
     """Parses ``argv`` (``--config FILE`` and overrides) and trains; the entry point of the recipe and the CLI.
 
     Args:
         argv: Command-line arguments; ``sys.argv[1:]`` when ``None``.
-        backends: Tool backends of live-evaluation and rollout sessions (see :func:`main`).
+        backends: ``backends(trust_domain_code)``, the tool backends of live-evaluation and rollout sessions under
+            the command line's ``--trust-domain-code`` (``data_gen.backends.session_backends``; see :func:`main`).
         experts: The experts that label the on-policy rollouts (see :func:`main`).
 
     Returns:
         The trainer after training.
     """
     data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
-    return main(data_args, training_args, model_args, backends=backends, experts=experts)
+    factory = backends(data_args.trust_domain_code) if backends is not None else None
+    return main(data_args, training_args, model_args, backends=factory, experts=experts)

@@ -42,14 +42,42 @@ the config's ``early_wrong_rate``). The calls a reading's calls depend on (``$re
 utterance the gold reading is every call of the turn, with confidence 1. A ``$ref`` names a call declared above it in
 the same turn (``KEY`` or ``KEY.path.0``). ``tail`` (default 0.6) is the probability of a closing "please"/"thanks".
 
-The backend callable's module is imported from ``sys.path``, or else from the domain file's folder. Each timeline's
-initial state holds ``{"domain_file": {"path", "sha256"}, "state": ...}``, so that ``data_gen.backends.make_backend``
-(behind ``clocktune eval`` and ``clocktune-datagen validate``) rebuilds the backend from the same, unchanged file.
+The backend callable's module is a ``.py`` file in the domain file's own folder (``pharmacy_backend:execute`` is
+``pharmacy_backend.py`` beside the file; a symlink out of the folder does not count) or a module of an installed
+clocktune plugin (a package with entry points in group ``clocktune.domains``); any other name (``os:system``, the
+standard library, whatever else is importable) is refused. Each timeline's initial state holds ``{"domain_file":
+{"path", "sha256"}, "state": ...}``, so that ``data_gen.backends.make_backend`` (behind ``clocktune eval``,
+``clocktune rollout``, ``clocktune train``'s live evaluation and ``clocktune-datagen validate``) rebuilds the backend
+from the same, unchanged file.
+
+**What is trusted.** A domain file you pass on the command line (``--domain FILE``, or ``domain_files`` in the
+generator config you pass with ``--config``) is yours: its backend module is imported. A domain file named by a
+timeline or a dataset's ``generation.json`` is data: its tools, tasks and recorded responses are read, but its
+backend module is imported only with ``--trust-domain-code`` (on ``validate``, ``eval``, ``rollout`` and
+``train``); without it the command refuses in one line naming the module and the flag, before anything runs. The
+settings stamp of ``generate`` covers the backend module's source as well as the file.
 """
 
 from __future__ import annotations
 
-from data_gen.declarative.domain import declared_backend, file_digest, load_domain_file
+from data_gen.declarative.domain import (
+    TRUST_FLAG,
+    UntrustedDomainCodeError,
+    backend_digest,
+    declared_backend,
+    file_digest,
+    load_domain_file,
+)
 from data_gen.declarative.spec import DomainFileError, DomainSpec, load_spec
 
-__all__ = ["DomainFileError", "DomainSpec", "declared_backend", "file_digest", "load_domain_file", "load_spec"]
+__all__ = [
+    "TRUST_FLAG",
+    "DomainFileError",
+    "DomainSpec",
+    "UntrustedDomainCodeError",
+    "backend_digest",
+    "declared_backend",
+    "file_digest",
+    "load_domain_file",
+    "load_spec",
+]

@@ -5,6 +5,15 @@ which the backend callable reads and mutates, beside the name and content hash o
 thus names the file that can rebuild its backend, and :func:`declared_backend` (through
 ``data_gen.backends.make_backend``) rebuilds it for ``clocktune eval`` and ``clocktune-datagen validate``, refusing a
 file whose content changed since.
+
+A file's backend code is untrusted data until the user says otherwise, as ``trust_remote_code`` draws the line on
+the Hub. ``backend.execute`` may name only a module beside the domain file (inside its folder) or a module of an
+installed clocktune plugin (a distribution with entry points in group ``clocktune.domains``), never the standard
+library or any other importable name; and that module is imported only when the caller trusts the file: the user
+passed it on the command line (``generate --domain FILE``, a generator config's ``domain_files``) or gave
+``--trust-domain-code``. A file named by a timeline or a dataset is otherwise loaded for its tasks and tools alone,
+and its backend refuses with :class:`UntrustedDomainCodeError`. A recorded-responses backend is data and needs no
+trust.
 """
 
 from __future__ import annotations
@@ -18,9 +27,12 @@ import json
 import random
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points, packages_distributions
 from pathlib import Path
 from typing import Any
 
+from clocktune.data_files import read_data_bytes
 from clocktune.timeline.events import LatencyModel, Timeline, ToolSchema
 from clocktune.tools import BackendFactory, ToolError
 from data_gen.declarative.spec import (
@@ -35,17 +47,38 @@ from data_gen.declarative.spec import (
     refs_in,
 )
 from data_gen.domains.base import Domain, Grammar
-from data_gen.plugins import domain_plugin
+from data_gen.plugins import GROUP, domain_plugin
 from data_gen.task import Answer, PlannedCall, Task, TaskContext, Turn
 
-__all__ = ["declared_backend", "file_digest", "load_domain_file"]
+__all__ = [
+    "TRUST_FLAG",
+    "UntrustedDomainCodeError",
+    "backend_digest",
+    "declared_backend",
+    "file_digest",
+    "load_domain_file",
+]
+
+TRUST_FLAG = "--trust-domain-code"
+"""The command-line flag with which the user lets a domain file named by data run its backend's code."""
+
+
+class UntrustedDomainCodeError(ValueError):
+    """A domain file named by data whose backend is Python code, asked to run without the user's trust."""
+
 
 Execute = Callable[[dict[str, Any], str, dict[str, Any]], Any]
 
 
 def file_digest(path: str | Path) -> str:
-    """The sha256 of a file's bytes (what the settings stamp and the timelines record)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """The sha256 of a file's bytes (what the settings stamp and the timelines record).
+
+    Raises:
+        clocktune.data_files.DataFileError: When the path is not a regular file or is over the size cap (a timeline
+            may name ``/dev/zero``).
+        OSError: When it cannot be read.
+    """
+    return hashlib.sha256(read_data_bytes(path)).hexdigest()
 
 
 def _fill(value: Any, slots: dict[str, Any]) -> Any:
@@ -148,27 +181,66 @@ def _grammar(source: str, task: TaskSpec) -> Grammar:
     return grammar
 
 
-def _import_callable(target: str, folder: Path, where: str) -> Execute:
-    # "module:function"; a module beside the domain file is found there when it is not importable from sys.path.
-    module_name, _, attribute = target.partition(":")
+@functools.cache
+def _plugin_packages() -> frozenset[str]:
+    # The top-level packages of distributions that register clocktune domains: the only installed code a domain
+    # file's backend may name (the user chose to install them).
+    plugins = {entry.dist.name for entry in entry_points(group=GROUP) if entry.dist is not None}
+    return frozenset(top for top, dists in packages_distributions().items() if plugins.intersection(dists))
+
+
+def _module_beside(module_name: str, folder: Path) -> Path | None:
+    # folder/a/b.py (or folder/a/b/__init__.py), resolved: a symlink out of the folder is not beside it.
+    base = folder.joinpath(*module_name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            resolved = candidate.resolve()
+            if not resolved.is_relative_to(folder.resolve()) or not resolved.is_file():
+                return None
+            return resolved
+    return None
+
+
+@dataclass(frozen=True)
+class _BackendCode:
+    """Where a file's ``backend.execute`` lives, found without importing anything."""
+
+    target: str  # "module:function"
+    module: str
+    file: Path | None  # the module beside the domain file, or None for a plugin's module
+
+
+def _locate(target: str, folder: Path, where: str) -> _BackendCode:
+    module_name = target.partition(":")[0]
+    beside = _module_beside(module_name, folder)
+    if beside is not None:
+        return _BackendCode(target, module_name, beside)
+    if module_name.split(".")[0] in _plugin_packages():
+        return _BackendCode(target, module_name, None)
+    raise DomainFileError(
+        f"{where}: {module_name!r} is neither a module in the domain file's folder ({folder}) nor part of an "
+        f"installed clocktune plugin (a package with entry points in group {GROUP}); a backend may name no other code"
+    )
+
+
+def _import_callable(code: _BackendCode, where: str) -> Execute:
+    module_name, _, attribute = code.target.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        candidate = folder.joinpath(*module_name.split(".")).with_suffix(".py")
-        if error.name != module_name.split(".")[0] or not candidate.is_file():
-            raise DomainFileError(f"{where}: cannot import {module_name!r} ({error})") from None
-        # A private name per file: two domain folders may each have a "backend.py".
-        private = f"_clocktune_domain_{hashlib.sha256(str(candidate.resolve()).encode()).hexdigest()[:16]}"
-        module = sys.modules.get(private)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(private, candidate)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[private] = module
-            try:
-                spec.loader.exec_module(module)
-            except Exception:
-                del sys.modules[private]
-                raise
+        if code.file is None:
+            module = importlib.import_module(module_name)
+        else:
+            # A private name per file: two domain folders may each have a "backend.py".
+            private = f"_clocktune_domain_{hashlib.sha256(str(code.file).encode()).hexdigest()[:16]}"
+            module = sys.modules.get(private)
+            if module is None:
+                spec = importlib.util.spec_from_file_location(private, code.file)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[private] = module
+                try:
+                    spec.loader.exec_module(module)
+                except Exception:
+                    del sys.modules[private]
+                    raise
     except ImportError as error:
         raise DomainFileError(f"{where}: cannot import {module_name!r} ({error})") from None
     value: Any = module
@@ -177,8 +249,37 @@ def _import_callable(target: str, folder: Path, where: str) -> Execute:
             raise DomainFileError(f"{where}: {module_name!r} has no {attribute!r}")
         value = getattr(value, part)
     if not callable(value):
-        raise DomainFileError(f"{where}: {target!r} is not callable")
+        raise DomainFileError(f"{where}: {code.target!r} is not callable")
     return value
+
+
+def backend_digest(path: str | Path) -> str | None:
+    """The sha256 of the module a domain file's ``backend.execute`` names, for the settings stamp.
+
+    Generation resumed after the backend's code was edited would mix two backends in one dataset: the stamp holds
+    this digest beside the file's own. Nothing is imported: a plugin's module is found by its import spec.
+
+    Args:
+        path: The domain file.
+
+    Returns:
+        The digest of the module's source, or ``None`` for a recorded-responses backend.
+
+    Raises:
+        DomainFileError: When the file is invalid or its backend names a module it may not.
+    """
+    path = Path(path).resolve()
+    spec = load_spec(path)
+    if spec.backend.execute is None:
+        return None
+    code = _locate(spec.backend.execute, path.parent, f"{path}:backend.execute")
+    origin = code.file
+    if origin is None:
+        found = importlib.util.find_spec(code.module)
+        origin = Path(found.origin) if found is not None and found.origin else None
+    if origin is None:
+        raise DomainFileError(f"{path}:backend.execute: cannot find the source of {code.module!r}")
+    return file_digest(origin)
 
 
 def _recorded(spec: DomainSpec) -> Execute:
@@ -202,11 +303,34 @@ def _recorded(spec: DomainSpec) -> Execute:
     return execute
 
 
-def _build(path: Path, digest: str) -> Domain:
+@dataclass(frozen=True)
+class _Loaded:
+    domain: Domain
+    untrusted: str | None  # why its backend refuses to run (code it was not trusted to import), or None
+
+
+def _untrusted(message: str) -> Execute:
+    def refuse(state: dict[str, Any], name: str, arguments: dict[str, Any]) -> Any:
+        raise UntrustedDomainCodeError(message)
+
+    return refuse
+
+
+def _build(path: Path, digest: str, trust_code: bool) -> _Loaded:
     spec = load_spec(path)
     source = str(path)
+    untrusted = None
     if spec.backend.execute is not None:
-        inner = _import_callable(spec.backend.execute, path.parent, f"{source}:backend.execute")
+        where = f"{source}:backend.execute"
+        code = _locate(spec.backend.execute, path.parent, where)
+        if trust_code:
+            inner = _import_callable(code, where)
+        else:
+            untrusted = (
+                f"{source}: backend.execute {code.target!r} runs Python code ({code.file or code.module}) and the "
+                f"domain file was named by data, not by you: pass {TRUST_FLAG} to run it"
+            )
+            inner = _untrusted(untrusted)
     else:
         inner = _recorded(spec)
 
@@ -225,41 +349,49 @@ def _build(path: Path, digest: str) -> Domain:
         latency = LatencyModel(median_s=tool.latency_s)
         tools.append(ToolSchema(function.name, function.description, function.parameters, tool.side_effect, latency))
     grammars = [(_grammar(source, task), task.weight) for task in spec.tasks]
-    return Domain(spec.name, tools, initial_state, execute, grammars)
+    return _Loaded(Domain(spec.name, tools, initial_state, execute, grammars), untrusted)
 
 
 @functools.lru_cache(maxsize=64)
-def _cached(path: str, digest: str) -> Domain:
-    return _build(Path(path), digest)
+def _cached(path: str, digest: str, trust_code: bool) -> _Loaded:
+    return _build(Path(path), digest, trust_code)
 
 
-def load_domain_file(path: str | Path) -> Domain:
-    """Reads a declarative domain file into a generatable domain (cached per file path and content).
+def load_domain_file(path: str | Path, *, trust_code: bool) -> Domain:
+    """Reads a declarative domain file into a generatable domain (cached per file path, content and trust).
 
     Args:
         path: The YAML (or JSON) file; see the package docstring for the format.
+        trust_code: Whether its backend module may be imported: true for a file the user named (``generate
+            --domain FILE``, a generator config given with ``--config``) or with ``--trust-domain-code``; false
+            for one named by data, whose backend then refuses every call with :class:`UntrustedDomainCodeError`
+            (its tasks and tools still load: they are data).
 
     Returns:
         The domain; its timelines name the file (resolved path, sha256) in their initial state.
 
     Raises:
-        DomainFileError: Naming ``file:line:key`` of every problem in the file, or a backend that cannot be imported.
+        DomainFileError: Naming ``file:line:key`` of every problem in the file, a backend module outside the file's
+            folder and the installed plugins, or (trusted) one that cannot be imported.
         OSError: When the file cannot be read.
     """
     resolved = Path(path).resolve()
-    return _cached(str(resolved), file_digest(resolved))
+    return _cached(str(resolved), file_digest(resolved), trust_code).domain
 
 
-def declared_backend(timeline: Timeline) -> BackendFactory | None:
+def declared_backend(timeline: Timeline, trust_code: bool = False) -> BackendFactory | None:
     """The backend factory of a timeline generated from a declarative domain file, from the file it names.
 
     Args:
         timeline: Any timeline.
+        trust_code: Whether the file's backend module may be imported (the user's ``--trust-domain-code``).
 
     Returns:
         The factory, or ``None`` when the timeline's initial state names no domain file.
 
     Raises:
+        UntrustedDomainCodeError: When the file's backend is Python code and ``trust_code`` is false (nothing is
+            imported); one line naming the module and the flag.
         ValueError: When the file it names cannot be read or loaded, has changed since (another sha256), or
             defines another domain.
     """
@@ -276,9 +408,13 @@ def declared_backend(timeline: Timeline) -> BackendFactory | None:
         digest = file_digest(named["path"])
     except OSError as error:
         raise ValueError(f"{where} cannot be read ({error.strerror or error})") from None
+    except ValueError as error:  # not a regular file, or too large
+        raise ValueError(f"{where} cannot be read ({error})") from None
     if digest != named["sha256"]:
         raise ValueError(f"{where} has changed since the timeline was generated: restore it or regenerate the data")
-    domain = _cached(named["path"], digest)
-    if domain.name != timeline.domain:
-        raise ValueError(f"{where} defines domain {domain.name!r}")
-    return domain_plugin(domain).backend
+    loaded = _cached(named["path"], digest, trust_code)
+    if loaded.domain.name != timeline.domain:
+        raise ValueError(f"{where} defines domain {loaded.domain.name!r}")
+    if loaded.untrusted is not None:
+        raise UntrustedDomainCodeError(f"timeline {timeline.id!r}: {loaded.untrusted}")
+    return domain_plugin(loaded.domain).backend

@@ -17,6 +17,7 @@ import jsonschema
 import yaml
 from pydantic import ConfigDict, Field, TypeAdapter
 
+from clocktune.data_files import read_data_text
 from clocktune.yaml_config import PositiveFloat, Probability, load_validated_yaml
 
 __all__ = ["DomainFileError", "DomainSpec", "PLACEHOLDER", "load_spec", "refs_in"]
@@ -157,7 +158,10 @@ class BackendSpec:
 
     __pydantic_config__ = _STRICT
 
-    execute: Annotated[str, Field(pattern=r"^[\w.]+:[\w.]+$")] | None = None
+    # Dotted names only: no relative ("..evil") or empty parts. Where the module may live: data_gen.declarative.
+    execute: Annotated[str, Field(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")] | None = (
+        None
+    )
     responses: list[ResponseSpec] | None = None
 
 
@@ -236,8 +240,8 @@ class _Problems:
 
 def _compose(path: Path) -> yaml.Node | None:
     try:
-        return yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return yaml.compose(read_data_text(path), Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, ValueError, OSError):
         return None  # load_validated_yaml reports these
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
+from clocktune.data_files import read_data_text
 from clocktune.runtime.policy import PolicyFactory
 from clocktune.runtime.speech import utterances
 from clocktune.timeline.events import Timeline
@@ -62,7 +63,9 @@ def expert_factory(
         strategy: One of :data:`~data_gen.expert.policy.EXPERT_STRATEGIES`.
         config: The generator config the timelines were generated with (default: the defaults); its planner's
             threshold and acknowledgement rate shape the ``speculative`` expert.
-        domains: Domains to rebuild tasks from; defaults to ``select_domains(config)``, looked up once.
+        domains: Domains to rebuild tasks from; defaults to ``select_domains(config)``, looked up once, without
+            importing any domain file's backend code: an expert rebuilds tasks (data), never calls a backend, and
+            the config may come from a dataset (:func:`experts_of_data`).
 
     Returns:
         ``factory(timeline) -> ExpertPolicy``; the factory raises ``ValueError`` for a timeline whose seed does not
@@ -74,7 +77,7 @@ def expert_factory(
     if strategy not in EXPERT_STRATEGIES:
         raise ValueError(f"unknown expert strategy {strategy!r}; choose from {EXPERT_STRATEGIES}")
     config = config or GeneratorConfig()
-    domains = domains or select_domains(config)
+    domains = domains or select_domains(config, trust_code=False)
 
     def build(timeline: Timeline) -> ExpertPolicy:
         drawn = dialogue_task(timeline.seed, config, domains)
@@ -111,8 +114,8 @@ def generator_config_of(data_dir: str | Path) -> GeneratorConfig:
             "(imported BFCL or chat data have no task to rebuild)"
         )
     try:
-        return _CONFIG.validate_python(json.loads(path.read_text())["config"])
-    except (KeyError, json.JSONDecodeError, ValidationError) as error:
+        return _CONFIG.validate_python(json.loads(read_data_text(path))["config"])
+    except (KeyError, TypeError, json.JSONDecodeError, ValidationError) as error:
         raise ValueError(f"{path}: config: not a generator config ({error})") from None
 
 
