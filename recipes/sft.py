@@ -13,8 +13,8 @@ data runs only with `--trust-domain-code` (see data_gen/declarative).
 """
 
 from clocktune.train.sft import run
-from data_gen.backends import session_backends
+from data_gen.backends import check_domain_code, session_backends
 from data_gen.expert import experts_of_data
 
 if __name__ == "__main__":
-    run(backends=session_backends, experts=experts_of_data)
+    run(backends=session_backends, experts=experts_of_data, check_backends=check_domain_code)

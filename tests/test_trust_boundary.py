@@ -106,18 +106,16 @@ def test_eval_refuses_a_datasets_domain_code_without_the_flag_before_anything_is
 
 
 def test_training_with_live_evaluation_refuses_untrusted_domain_code_before_the_model_loads(
-    pharmacy, no_marker, tmp_path
+    pharmacy, no_marker, tmp_path, capsys
 ):
-    from clocktune.train.sft import run
-    from data_gen.backends import session_backends
-    from data_gen.declarative import UntrustedDomainCodeError
     from tests.test_train import sft_args
 
     _, out = pharmacy
     argv = sft_args(tmp_path / "no-model-here", out / "data", tmp_path / "run")
     argv += ["--live_eval_steps", "1", "--live_eval_data", str(out / "data")]
-    with pytest.raises(UntrustedDomainCodeError, match="--trust-domain-code"):
-        run(argv, backends=session_backends)  # the model path does not exist: the refusal came first
+    code, report = _run("clocktune", ["train", *argv], capsys)
+    assert code == 2  # the model path does not exist: the refusal came first
+    _one_error_line(report, "pharmacy_backend", "--trust-domain-code")
     assert not no_marker.exists()
 
 

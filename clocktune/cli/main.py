@@ -164,12 +164,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         The exit status, 0.
     """
     from clocktune.train.sft import run
-    from data_gen.backends import session_backends
+    from data_gen.backends import check_domain_code, session_backends
     from data_gen.expert import experts_of_data
 
     # The generator's backends serve the sessions of the live evaluation (`live_eval_steps`) and of the on-policy
     # rollouts (`on_policy_rounds`), whose experts label them; the recipe's --trust-domain-code picks their trust.
-    run(args.recipe_args, backends=session_backends, experts=experts_of_data)
+    run(args.recipe_args, backends=session_backends, experts=experts_of_data, check_backends=check_domain_code)
     return 0
 
 

@@ -116,18 +116,6 @@ def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelCon
     return model, tokenizer, model_format, new_token_ids
 
 
-def _check_backends(timelines: list[Timeline], backends: BackendFactory) -> None:
-    # One backend per distinct domain file, built now: a domain whose code the user did not trust (or whose file
-    # is gone) fails before the model loads, not at the first live evaluation an hour in.
-    seen = set()
-    for timeline in timelines:
-        named = timeline.initial_state.get("domain_file")
-        key = (timeline.domain, named.get("path") if isinstance(named, dict) else None)
-        if key not in seen:
-            seen.add(key)
-            backends(timeline)
-
-
 def main(
     data_args: TimelineDataArguments,
     training_args: ClockSFTConfig,
@@ -135,6 +123,7 @@ def main(
     callbacks: list | None = None,
     backends: BackendFactory | None = None,
     experts: ExpertsBuilder | None = None,
+    check_backends: Callable[[list[Timeline]], None] | None = None,
 ):
     """Trains and saves the model.
 
@@ -149,6 +138,10 @@ def main(
         experts: ``experts(strategy, data_folder)``, the factory of experts that label the on-policy rollouts of
             the generated timelines in ``data_folder`` (``data_gen.expert.expert_factory`` with the folder's
             ``generation.json``); needed when ``training_args.on_policy_rounds`` is above 0.
+        check_backends: Called on the live-evaluation timelines and the on-policy tasks before the model loads;
+            raises for a timeline whose backend cannot be built (``data_gen.backends.check_domain_code``: a domain
+            file whose code the user did not trust), so that the refusal comes in seconds, not at the first live
+            evaluation an hour in. It builds no session.
 
     Returns:
         The ``ClockSFTTrainer`` after training (its model is the trained one); with on-policy rounds, the last
@@ -179,12 +172,14 @@ def main(
             )
         # Before the model loads: a wrong path or profile fails in seconds, not after the first evaluation steps.
         live_eval = load_live_eval_inputs(training_args)
-        _check_backends(live_eval[0], backends)
+        if check_backends is not None:
+            check_backends(live_eval[0])
     on_policy = None
     if training_args.on_policy_rounds > 0:
         # Also before the model loads: data that are not generated fail now, not after the first training.
         on_policy = prepare_on_policy(data_args.train_data, training_args, experts, backends)
-        _check_backends(on_policy.tasks, backends)
+        if check_backends is not None:
+            check_backends(on_policy.tasks)
     if training_args.device.type == "cpu":
         from clocktune.heap import hold_freed_memory
 
@@ -272,6 +267,7 @@ def run(
     argv: list[str] | None = None,
     backends: Callable[[bool], BackendFactory] | None = None,
     experts: ExpertsBuilder | None = None,
+    check_backends: Callable[[list[Timeline], bool], None] | None = None,
 ):
     """Parses ``argv`` (``--config FILE`` and overrides) and trains; the entry point of the recipe and the CLI.
 
@@ -280,10 +276,14 @@ def run(
         backends: ``backends(trust_domain_code)``, the tool backends of live-evaluation and rollout sessions under
             the command line's ``--trust-domain-code`` (``data_gen.backends.session_backends``; see :func:`main`).
         experts: The experts that label the on-policy rollouts (see :func:`main`).
+        check_backends: ``check_backends(timelines, trust_domain_code)``, which refuses timelines whose domain code
+            the user did not trust before the model loads (``data_gen.backends.check_domain_code``).
 
     Returns:
         The trainer after training.
     """
     data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
-    factory = backends(data_args.trust_domain_code) if backends is not None else None
-    return main(data_args, training_args, model_args, backends=factory, experts=experts)
+    trust = data_args.trust_domain_code
+    factory = backends(trust) if backends is not None else None
+    check = (lambda timelines: check_backends(timelines, trust)) if check_backends is not None else None
+    return main(data_args, training_args, model_args, backends=factory, experts=experts, check_backends=check)
