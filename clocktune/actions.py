@@ -101,13 +101,6 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        raise ValueError("duplicate key")
-    return result
-
-
 def strict_json_loads(text: str) -> Any:
     """Parses JSON strictly, as model output must be: no ``NaN``/``Infinity``, no duplicate keys, bounded nesting.
 
@@ -122,7 +115,7 @@ def strict_json_loads(text: str) -> Any:
             nested deeper or longer than ``clocktune.timeline.bounded_json`` allows (a degenerate generation of
             ``[[[[...`` must be a parse error the runtime can report, not a ``RecursionError``).
     """
-    return loads_bounded(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    return loads_bounded(text, parse_constant=_reject_constant)  # keys are unique there too
 
 
 def _json_object(text: str, keys: tuple[str, ...], what: str) -> dict[str, Any]:

@@ -20,9 +20,6 @@ from pydantic_core import CoreSchema
 
 from clocktune.timeline.events import LatencyModel
 from clocktune.yaml_config import (
-    NonNegativeFloat,
-    PositiveFloat,
-    PositiveInt,
     Probability,
     check_fields,
     every_field_required,
@@ -31,12 +28,41 @@ from clocktune.yaml_config import (
 _STRICT = ConfigDict(extra="forbid")
 
 
+def _between(low: float, high: float) -> Any:
+    # A finite number in [low, high]. Every rate and duration of a config has a credible upper (or lower) end: a
+    # value past it (a 1e9 s pause, a speaker at 1e-9 words/s, a device decoding 1e-300 tokens/s) would make a
+    # session on the virtual clock run for ever, or overflow, while passing as "a positive number".
+    return Annotated[float, Field(ge=low, le=high, allow_inf_nan=False)]
+
+
+# The slowest credible speaker says a word every two seconds; the fastest auctioneers reach about 10 words/s.
+WordsPerSecond = _between(0.5, 10.0)
+# The longest silence inside an utterance, recogniser delay or gap between turns a config may ask for: a minute.
+ShortSeconds = _between(0.0, 60.0)
+# The widest log-space spread of a tool's latency: sigma 3 already puts one call in a hundred 1000x off its median,
+# and exp() of a larger one overflows within a few thousand draws.
+LogSpread = _between(0.0, 3.0)
+# The largest slowdown of a tail call.
+Slowdown = _between(1.0, 100.0)
+# How far users' speaking rates spread, in words/s.
+RateSpread = _between(0.0, 10.0)
+# How much every tool's median latency may be scaled.
+MedianScale = _between(0.01, 100.0)
+# A device's rates, in tokens/s: the slowest credible one decodes a token a second and prefills ten.
+PrefillRate = _between(10.0, 1e7)
+DecodeRate = _between(1.0, 1e6)
+# A fixed cost per action, in seconds.
+OverheadSeconds = _between(0.0, 10.0)
+# The most words in one recogniser update.
+ChunkWords = Annotated[int, Field(ge=1, le=100)]
+
+
 @dataclass
 class SpeechConfig:
     """How users speak and how the recogniser reports it.
 
     Args:
-        words_per_s: Mean speaking rate over users (conversational speech is about 3 words/s).
+        words_per_s: Mean speaking rate over users (conversational speech is about 3 words/s), in [0.5, 10].
         words_per_s_sd: Spread of the rate between users.
         word_jitter: Relative spread of single word durations.
         pause_prob: Probability of a pause after a word.
@@ -51,25 +77,28 @@ class SpeechConfig:
         start_max_s: Latest start of the first utterance.
         turn_gap_min_s: Shortest gap between the agent's answer and the user's next utterance.
         turn_gap_max_s: Longest such gap.
+
+    Every duration lies in [0, 60] s and every chunk size in [1, 100] words: a config past these ends describes no
+    speaker, and would stall the virtual clock.
     """
 
     __pydantic_config__ = _STRICT
 
-    words_per_s: PositiveFloat = 3.0
-    words_per_s_sd: NonNegativeFloat = 0.4
+    words_per_s: WordsPerSecond = 3.0
+    words_per_s_sd: RateSpread = 0.4
     word_jitter: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.25  # 1 or more: words of no length
     pause_prob: Probability = 0.08
-    pause_min_s: NonNegativeFloat = 0.15
-    pause_max_s: NonNegativeFloat = 0.6
-    chunk_words_min: PositiveInt = 1
-    chunk_words_max: PositiveInt = 3
-    recognizer_lag_s: NonNegativeFloat = 0.12
+    pause_min_s: ShortSeconds = 0.15
+    pause_max_s: ShortSeconds = 0.6
+    chunk_words_min: ChunkWords = 1
+    chunk_words_max: ChunkWords = 3
+    recognizer_lag_s: ShortSeconds = 0.12
     revision_rate: Probability = 0.05
-    revision_delay_s: NonNegativeFloat = 0.25
-    start_min_s: NonNegativeFloat = 0.2
-    start_max_s: NonNegativeFloat = 0.8
-    turn_gap_min_s: NonNegativeFloat = 0.8
-    turn_gap_max_s: NonNegativeFloat = 2.0
+    revision_delay_s: ShortSeconds = 0.25
+    start_min_s: ShortSeconds = 0.2
+    start_max_s: ShortSeconds = 0.8
+    turn_gap_min_s: ShortSeconds = 0.8
+    turn_gap_max_s: ShortSeconds = 2.0
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -151,19 +180,19 @@ class ToolLatencyConfig:
     """Defaults applied to every tool's latency model; each tool keeps its own median, scaled here.
 
     Args:
-        median_scale: Multiplies every tool's median latency (1.0 keeps medians around 600 ms).
-        sigma: Log-space spread of the lognormal body.
+        median_scale: Multiplies every tool's median latency (1.0 keeps medians around 600 ms), in [0.01, 100].
+        sigma: Log-space spread of the lognormal body, in [0, 3].
         tail_prob: Probability of a slow call.
-        tail_scale: Largest slowdown of a slow call.
+        tail_scale: Largest slowdown of a slow call, in [1, 100].
         failure_rate: Probability that a call fails.
     """
 
     __pydantic_config__ = _STRICT
 
-    median_scale: PositiveFloat = 1.0
-    sigma: NonNegativeFloat = 0.45
+    median_scale: MedianScale = 1.0
+    sigma: LogSpread = 0.45
     tail_prob: Probability = 0.05
-    tail_scale: Annotated[float, Field(ge=1, allow_inf_nan=False)] = 4.0  # a slowdown: at least 1
+    tail_scale: Slowdown = 4.0
     failure_rate: Probability = 0.0
 
     def __post_init__(self) -> None:
@@ -209,17 +238,18 @@ class DeviceProfile:
 
     Args:
         name: Profile name.
-        prefill_tokens_per_s: Tokens per second when reading new events into the context.
-        decode_tokens_per_s: Tokens per second when generating an action.
-        action_overhead_s: Fixed cost per action (scheduling, parsing, dispatch).
+        prefill_tokens_per_s: Tokens per second when reading new events into the context, in [10, 1e7].
+        decode_tokens_per_s: Tokens per second when generating an action, in [1, 1e6] (the slowest credible
+            device decodes a token a second).
+        action_overhead_s: Fixed cost per action (scheduling, parsing, dispatch), in [0, 10] s.
     """
 
     __pydantic_config__ = _STRICT
 
     name: str = "h200-3b"
-    prefill_tokens_per_s: PositiveFloat = 20000.0
-    decode_tokens_per_s: PositiveFloat = 150.0
-    action_overhead_s: NonNegativeFloat = 0.01
+    prefill_tokens_per_s: PrefillRate = 20000.0
+    decode_tokens_per_s: DecodeRate = 150.0
+    action_overhead_s: OverheadSeconds = 0.01
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -13,7 +13,9 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["MAX_DATA_FILE_BYTES", "DataFileError", "read_data_bytes", "read_data_text"]
+from typing import BinaryIO
+
+__all__ = ["MAX_DATA_FILE_BYTES", "DataFileError", "open_data_file", "read_data_bytes", "read_data_text"]
 
 MAX_DATA_FILE_BYTES = 64 * 1024 * 1024
 """The largest config or domain file read (64 MiB): far above any hand-written one, far below a machine's memory."""
@@ -21,6 +23,30 @@ MAX_DATA_FILE_BYTES = 64 * 1024 * 1024
 
 class DataFileError(ValueError):
     """A file named by data or a config that is not a regular file, is too large, or is not text."""
+
+
+def open_data_file(path: str | os.PathLike) -> BinaryIO:
+    """Opens a regular file for reading in binary, for a reader that streams it (a timeline file of any size).
+
+    The caller bounds what it reads at a time (a line, a chunk); the size of the whole file is not capped.
+
+    Args:
+        path: The file.
+
+    Returns:
+        The open file; close it (``with open_data_file(path) as handle:``).
+
+    Raises:
+        DataFileError: Naming the path, when it is not a regular file (a folder, a device, a FIFO, a socket).
+        OSError: When it cannot be opened (missing, no permission); the message names the file.
+    """
+    # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever before fstat could refuse it.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    handle = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        handle.close()
+        raise DataFileError(f"{path}: not a regular file")
+    return handle
 
 
 def read_data_bytes(path: str | os.PathLike, max_bytes: int = MAX_DATA_FILE_BYTES) -> bytes:
@@ -38,12 +64,8 @@ def read_data_bytes(path: str | os.PathLike, max_bytes: int = MAX_DATA_FILE_BYTE
             larger than ``max_bytes``.
         OSError: When it cannot be opened (missing, no permission); the message names the file.
     """
-    # O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever before fstat could refuse it.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise DataFileError(f"{path}: not a regular file")
+    with open_data_file(path) as handle:
+        info = os.fstat(handle.fileno())
         if info.st_size > max_bytes:
             raise DataFileError(f"{path}: {info.st_size} bytes, over the limit of {max_bytes}")
         data = handle.read(max_bytes + 1)

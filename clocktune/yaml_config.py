@@ -4,6 +4,11 @@ The rules live on the fields, as pydantic constraints in the annotations (:data:
 :data:`Probability`, ...). The same rules apply both ways a config is made: :func:`load_validated_yaml` validates a
 file through the dataclass's ``TypeAdapter`` (errors name ``file:key.subkey``), and a dataclass built in Python
 calls :func:`check_fields` from its ``__post_init__`` (errors name ``Class.field``).
+
+Files are read as untrusted data (:class:`StrictLoader`): a regular file of bounded size, no key given twice in a
+mapping (YAML parsers keep the last silently), and anchors and aliases expanding to at most
+:data:`MAX_YAML_NODES` nodes (a "billion laughs" file of a few hundred bytes otherwise expands to gigabytes as soon
+as anything walks the value).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import Field, GetCoreSchemaHandler, TypeAdapter, ValidationError
 from pydantic_core import CoreSchema
+
+from clocktune.data_files import read_data_text
 
 T = TypeVar("T")
 
@@ -90,6 +97,70 @@ def every_field_required(schema: CoreSchema, handler: GetCoreSchemaHandler) -> C
     return schema
 
 
+# The most nodes a YAML document may expand to, aliases counted each time they are used. The largest file here (a
+# declarative domain with its state) has a few thousand; a million is far above any hand-written config.
+MAX_YAML_NODES = 1_000_000
+
+
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A YAML mapping that gives one key twice."""
+
+    def __init__(self, key: str, mark: yaml.Mark):
+        super().__init__(problem=f"duplicate key {key!r}", problem_mark=mark)
+        self.key = key
+
+
+class StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` for untrusted files: no duplicate keys, alias expansion bounded by :data:`MAX_YAML_NODES`.
+
+    ``yaml.compose(text, Loader=StrictLoader)`` and ``yaml.load(text, Loader=StrictLoader)`` both check the bound;
+    construction refuses duplicate keys (a merge key ``<<`` may still be overridden, as YAML intends).
+    """
+
+    def get_single_node(self) -> yaml.Node | None:
+        """The document's node, once its expansion (every alias counted where it is used) is within the bound."""
+        node = super().get_single_node()
+        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
+            raise yaml.YAMLError(f"anchors and aliases expand to more than {MAX_YAML_NODES:,} nodes (an alias bomb?)")
+        return node
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        """A mapping, refusing a key given twice."""
+        if isinstance(node, yaml.MappingNode):
+            seen: set[tuple[str, str]] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = (key_node.tag, key_node.value)
+                if key in seen:
+                    raise DuplicateKeyError(key_node.value, key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    # Nodes the document expands to, an aliased node counted at every use. An alias is the same Python object as
+    # its anchor in the composed graph (a DAG), so sizes are memoised by id: linear in the file, not in the
+    # expansion; iterative, so a deeply nested file cannot overflow the stack here. Stops early past the bound.
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = (
+            [item for pair in node.value for item in pair]
+            if isinstance(node, yaml.MappingNode)
+            else (node.value if isinstance(node, yaml.SequenceNode) else [])
+        )
+        if children_done or not children:
+            sizes[id(node)] = min(1 + sum(sizes[id(child)] for child in children), MAX_YAML_NODES + 1)
+        else:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+    return sizes[id(root)]
+
+
 def _yaml_problem(error: yaml.YAMLError) -> str:
     mark = getattr(error, "problem_mark", None)
     problem = getattr(error, "problem", None)
@@ -110,17 +181,20 @@ def load_validated_yaml(path: str | Path, adapter: TypeAdapter[T], what: str) ->
         The validated value.
 
     Raises:
-        ValueError: On one line, naming ``path`` when the file is not a YAML mapping, and ``path:key.subkey`` and
-            the problem for every bad field.
+        ValueError: On one line, naming ``path`` when the file is not a YAML mapping, ``path:line:key`` for a key
+            given twice, and ``path:key.subkey`` and the problem for every bad field.
+        DataFileError: When ``path`` is not a regular file, is over the size cap or is not UTF-8.
         OSError: When the file cannot be read (its message names the file).
     """
+    text = read_data_text(path)  # a regular file, bounded, UTF-8 (a DataFileError names the file)
     try:
-        with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle)
+        raw = yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
+    except DuplicateKeyError as error:
+        raise ValueError(f"{path}:{error.problem_mark.line + 1}:{error.key}: duplicate key") from None
     except yaml.YAMLError as error:
         raise ValueError(f"{path}: not valid YAML ({_yaml_problem(error)})") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not a text file (byte {error.start}: {error.reason})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid YAML (nested too deep to read)") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

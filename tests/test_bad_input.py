@@ -9,6 +9,7 @@ same folder. Timeline-level bad input (bad event times, deep JSON) is tested wit
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -133,11 +134,28 @@ ROWS = [
     _config_row("failure_rate-2", "tools:\n  failure_rate: 2\n", "bad.yaml:tools.failure_rate: Input should be less than"),
     _config_row("no_tool_rate-1.5", "no_tool_rate: 1.5\n", "bad.yaml:no_tool_rate: Input should be less than or equal to 1"),
     _config_row("median_scale--1", "tools:\n  median_scale: -1\n", "bad.yaml:tools.median_scale: Input should be greater"),
-    _config_row("device-decode-0", DEVICE + "0\n", "bad.yaml:device.decode_tokens_per_s: Input should be greater than 0"),
+    _config_row("device-decode-0", DEVICE + "0\n", "bad.yaml:device.decode_tokens_per_s: Input should be greater than or"),
     _config_row("device-decode--5", DEVICE + "-5\n", "bad.yaml:device.decode_tokens_per_s: Input should be greater"),
     _config_row("device-partial", "device:\n  name: d\n", "bad.yaml:device.prefill_tokens_per_s: Field required"),
     _config_row("pause-min-over-max", "speech:\n  pause_min_s: 0.9\n", "bad.yaml:speech: pause_min_s (0.9) must not"),
     _config_row("threshold-1", "planner:\n  threshold: 1\n", "bad.yaml:planner.threshold: Input should be less than 1"),
+    # Past the credible ranges: each would stall the virtual clock or overflow mid-generation, after the stamp.
+    _config_row("pause_min_s-1e9", "speech:\n  pause_min_s: 1e9\n  pause_max_s: 2e9\n",
+                "bad.yaml:speech.pause_min_s: Input should be less than or equal to 60"),
+    _config_row("words_per_s-1e-9", "speech:\n  words_per_s: 1e-9\n",
+                "bad.yaml:speech.words_per_s: Input should be greater than or equal to 0.5"),
+    _config_row("tools-sigma-1e6", "tools:\n  sigma: 1e6\n", "bad.yaml:tools.sigma: Input should be less than or equal to 3"),
+    _config_row("device-decode-1e-300", DEVICE + "1e-300\n",
+                "bad.yaml:device.decode_tokens_per_s: Input should be greater than or equal to 1"),
+    _config_row("device-overhead-1e9", DEVICE.replace("action_overhead_s: 0.01", "action_overhead_s: 1e9") + "50\n",
+                "bad.yaml:device.action_overhead_s: Input should be less than or equal to 10"),
+    # Unique keys, bounded aliases, a regular file.
+    _config_row("duplicate-key", "speech:\n  words_per_s: 2.0\n  words_per_s: 3.0\n", "bad.yaml:3:words_per_s: duplicate key"),
+    _config_row("alias-bomb", "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(7)),
+        "bad.yaml: not valid YAML (anchors and aliases expand to more than 1,000,000 nodes"),
+    Row("config-is-a-fifo", "datagen", GEN_BAD, 2, "{tmp}/bad.yaml: not a regular file",
+        prepare=lambda tmp: os.mkfifo(tmp / "bad.yaml"), files={"good.yaml": GOOD_CONFIG}, fixed=GEN_FIXED),
     _config_row("malformed-yaml", "speech: [words_per_s: 3\n", "bad.yaml: not valid YAML (line "),
     _config_row("yaml-list", "- speech\n- tools\n", "bad.yaml: a generator config is a mapping of keys to values, got"),
     # Passes validation, fails when the domains are selected: still before the settings stamp is written.
@@ -146,7 +164,11 @@ ROWS = [
     _profile_row("profile-missing-field", PROFILE.replace("decode_tokens_per_s: 50.0\n", ""),
                  "profile.yaml:decode_tokens_per_s: Field required"),
     _profile_row("profile-rate-0", PROFILE.replace("1000.0", "0"),
-                 "profile.yaml:prefill_tokens_per_s: Input should be greater than 0"),
+                 "profile.yaml:prefill_tokens_per_s: Input should be greater than or equal to 10"),
+    _profile_row("profile-decode-1e-300", PROFILE.replace("50.0", "1e-300"),
+                 "profile.yaml:decode_tokens_per_s: Input should be greater than or equal to 1"),
+    _profile_row("profile-overhead-1e9", PROFILE.replace("0.02", "1e9"),
+                 "profile.yaml:action_overhead_s: Input should be less than or equal to 10"),
     _profile_row("profile-not-a-mapping", "[1, 2]\n", "a device profile is a mapping of keys to values, got a list"),
     # Numeric flags, refused by argparse (clocktune.cli.arguments) before anything runs.
     _flag_row("num--1", "datagen", (*GEN[:2], "-1", *GEN[3:]), "argument --num: must be ≥ 1, got -1", fixed=GEN),
@@ -271,7 +293,7 @@ def test_python_construction_checks_the_same_rules():
         SpeechConfig(words_per_s=math.nan)
     with pytest.raises(ValueError, match=r"ToolLatencyConfig\.failure_rate: .* less than or equal to 1, got 2"):
         replace(ToolLatencyConfig(), failure_rate=2)
-    with pytest.raises(ValueError, match=r"DeviceProfile\.decode_tokens_per_s: Input should be greater than 0"):
+    with pytest.raises(ValueError, match=r"DeviceProfile\.decode_tokens_per_s: Input should be greater than or eq"):
         DeviceProfile("d", 1000.0, 0.0, 0.0)
     with pytest.raises(ValueError, match=r"PlannerConfig\.threshold"):
         PlannerConfig(threshold=1.0)
@@ -314,10 +336,23 @@ def _nan_final_chunk(record: dict) -> None:
     next(event for event in record["events"] if event.get("final") and event["kind"] == "user_chunk")["t"] = "NaN"
 
 
+def _set_first(kind: str, name: str, value) -> Callable[[dict], None]:
+    def change(record: dict) -> None:
+        next(event for event in record["events"] if event["kind"] == kind)[name] = value
+
+    return change
+
+
 TIMELINE_INPUTS = {
     "deep-arguments": (_deep_arguments, "arguments: Value error, JSON nested deeper than 100 levels"),
     "deep-line": (None, "JSON nested deeper than 100 levels"),
     "nan-final-chunk": (_nan_final_chunk, ".t: "),
+    # Strict types: nothing coerced into what the file did not say.
+    "t-true": (_set_first("user_chunk", "t", True), "events.0.t: Input should be a valid number"),
+    "t-string": (_set_first("user_chunk", "t", "1.2"), "events.0.t: Input should be a valid number"),
+    "final-yes": (_set_first("user_chunk", "final", "yes"), "events.0.final: Input should be a valid boolean"),
+    "seed-float": (lambda record: record.update(seed=1.5), ":1:seed: Input should be a valid integer"),
+    "duplicate-key": ("duplicate", ":1:seed: duplicate key"),
 }
 TIMELINE_COMMANDS = {
     "validate": ("datagen", ("validate", "{file}"), 1),
@@ -335,6 +370,8 @@ def test_a_hostile_timeline_is_named_by_file_line_and_field_by_every_command(bad
     path = tmp_path / "bad.jsonl"
     if change is None:
         path.write_text("[" * 10_000 + "]" * 10_000 + "\n")
+    elif change == "duplicate":
+        path.write_text(_timeline_line(lambda record: None).replace("{", '{"seed": 7, ', 1))
     else:
         path.write_text(_timeline_line(change).replace('"NaN"', "NaN"))
     cli, argv, expected = TIMELINE_COMMANDS[command]
@@ -346,3 +383,49 @@ def test_a_hostile_timeline_is_named_by_file_line_and_field_by_every_command(bad
     assert "Traceback" not in report and "RecursionError" not in report, report
     assert f"{path}:1:" in report and message in report, report
     assert not (tmp_path / "eval" / "journal").exists()  # nothing stamped that the corrected run would refuse
+
+
+def _late_last_event(record: dict) -> None:
+    record["events"][-1]["t"] = 1e9  # a silence of 1e9 s before the agent's last answer
+
+
+@pytest.mark.parametrize("command", ["validate", "eval", "render"])
+def test_a_timeline_past_the_longest_session_is_refused_by_every_command_that_plays_or_trains_on_it(
+    command, tmp_path, capsys
+):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(_timeline_line(_late_last_event))
+    cli, argv, expected = TIMELINE_COMMANDS[command]
+    capsys.readouterr()
+    code = (clocktune_main if cli == "clocktune" else datagen_main)([a.format(file=path, tmp=tmp_path) for a in argv])
+    printed = capsys.readouterr()
+    report = printed.out + printed.err
+    assert code == expected, report
+    assert "Traceback" not in report and "past the longest timeline, 3600 s" in report, report
+    assert f"{path}:1:events." in report, report
+
+
+def test_a_session_refuses_a_timeline_past_the_longest_one_even_when_validation_was_skipped():
+    from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
+    from clocktune.runtime.session import Session, SessionConfig
+    from data_gen.backends import make_backend
+    from data_gen.generate import generate_dialogue
+
+    timeline = generate_dialogue(0, 0, GeneratorConfig())
+    policy = ScriptedPolicy(timeline, SCRIPTED_POLICIES[0])
+    timeline.events[-1].t = 1e9
+    with pytest.raises(ValueError, match=r"events\.\d+\.t: 1000000000.0 s is past the longest timeline"):
+        Session(timeline, policy, SessionConfig(), make_backend(timeline))
+
+
+@pytest.mark.parametrize("command", sorted(TIMELINE_COMMANDS))
+def test_a_timeline_file_that_is_a_fifo_is_refused_without_waiting_for_a_writer(command, tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    os.mkfifo(path)
+    cli, argv, expected = TIMELINE_COMMANDS[command]
+    capsys.readouterr()
+    code = (clocktune_main if cli == "clocktune" else datagen_main)([a.format(file=path, tmp=tmp_path) for a in argv])
+    printed = capsys.readouterr()
+    report = printed.out + printed.err
+    assert code in (1, 2), report
+    assert "Traceback" not in report and f"{path}: not a regular file" in report, report

@@ -237,3 +237,24 @@ def test_shards_are_generated_a_window_at_a_time_and_merged_in_order(tmp_path):
     assert one == two
     for name in sorted(p.name for p in (tmp_path / "one" / "data").iterdir()):
         assert (tmp_path / "one" / "data" / name).read_bytes() == (tmp_path / "two" / "data" / name).read_bytes()
+
+
+def test_an_alias_bomb_in_a_domains_state_is_refused_before_it_expands(tmp_path, capsys):
+    levels = "".join(f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 9))
+    bomb = "state:\n  l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n" + levels + "  prescriptions:"
+    text = (REPO / "examples" / "pharmacy.yaml").read_text().replace("state:\n  prescriptions:", bomb, 1)
+    assert "&l8" in text
+    (tmp_path / "pharmacy.yaml").write_text(text)
+    argv = ["generate", "--domain", tmp_path / "pharmacy.yaml", "--num", "2", "--out", tmp_path / "out", "--quiet"]
+    code, report = _run("datagen", argv, capsys)  # 10^9 nodes expanded: gigabytes, had it been walked
+    assert code == 2
+    _one_error_line(report, "anchors and aliases expand to more than 1,000,000 nodes")
+
+
+def test_a_key_given_twice_in_a_domain_file_is_named_by_file_line_and_key(tmp_path, capsys):
+    text = (REPO / "examples" / "pharmacy.yaml").read_text().replace("name: pharmacy\n", "name: pharmacy\nname: x\n", 1)
+    (tmp_path / "pharmacy.yaml").write_text(text)
+    argv = ["generate", "--domain", tmp_path / "pharmacy.yaml", "--num", "2", "--out", tmp_path / "out", "--quiet"]
+    code, report = _run("datagen", argv, capsys)
+    assert code == 2
+    _one_error_line(report, f"{tmp_path / 'pharmacy.yaml'}:4:name: duplicate key")

@@ -148,12 +148,15 @@ def test_a_non_finite_time_in_memory_is_an_issue_and_does_not_hide_order(value):
 def test_latency_numbers_must_be_finite_and_in_range():
     timeline = make_timeline(good_events())
     timeline.tools[0] = replace(timeline.tools[0], latency=LatencyModel(median_s=math.inf, tail_prob=1.5))
-    timeline.tools[1] = replace(timeline.tools[1], latency=LatencyModel(tail_scale=0.5, failure_rate=math.nan))
+    timeline.tools[1] = replace(
+        timeline.tools[1], latency=LatencyModel(sigma=1e6, tail_scale=0.5, failure_rate=math.nan)
+    )
     found = {issue.field: issue.message for issue in validate_timeline(timeline)}
     assert found == {
         "tools.0.latency.median_s": "must be finite, got inf",
         "tools.0.latency.tail_prob": "must be in [0.0, 1.0], got 1.5",
-        "tools.1.latency.tail_scale": "must be at least 1.0, got 0.5",
+        "tools.1.latency.sigma": "must be in [0.0, 3.0], got 1000000.0",  # exp() of a draw would overflow
+        "tools.1.latency.tail_scale": "must be in [1.0, 100.0], got 0.5",
         "tools.1.latency.failure_rate": "must be finite, got nan",
     }
 

@@ -26,7 +26,7 @@ from clocktune.runtime.executor import ToolExecutor
 from clocktune.runtime.policy import Policy
 from clocktune.runtime.speech import RecordedSpeech, SpeechSource, SpokenChunk
 from clocktune.runtime.virtual_clock import session_seconds
-from clocktune.timeline.events import Event, Timeline
+from clocktune.timeline.events import MAX_TIMELINE_S, Event, Timeline
 from clocktune.timeline.refs import iter_refs
 from clocktune.tools import ToolBackend
 
@@ -103,7 +103,9 @@ class Session:
             (:class:`~clocktune.runtime.speech.SpokenWords`) with a timeline that has no events yet.
 
     Raises:
-        ValueError: When the timeline has no user speech and no ``speech`` is given.
+        ValueError: When the timeline has no user speech and no ``speech`` is given, or holds an event past
+            :data:`~clocktune.timeline.events.MAX_TIMELINE_S` (validation refuses such a timeline; a caller that
+            skipped it must not get a session whose virtual clock runs for ever).
     """
 
     def __init__(
@@ -114,6 +116,12 @@ class Session:
         backend: ToolBackend,
         speech: SpeechSource | None = None,
     ) -> None:
+        for index, event in enumerate(timeline.events):
+            if not event.t <= MAX_TIMELINE_S:  # also NaN
+                raise ValueError(
+                    f"timeline {timeline.id!r}: events.{index}.t: {event.t} s is past the longest timeline, "
+                    f"{MAX_TIMELINE_S:.0f} s"
+                )
         self.timeline = timeline
         self.policy = policy
         self.config = config

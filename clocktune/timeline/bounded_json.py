@@ -88,20 +88,53 @@ def check_json_bounds(text: str | bytes, max_depth: int = MAX_DEPTH, max_chars: 
         raise ValueError(f"JSON nested deeper than {max_depth} levels")
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object that gives one key twice (``json`` would keep the last silently)."""
+
+    def __init__(self, key: str):
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for ``json.loads`` that refuses an object giving a key twice.
+
+    Args:
+        pairs: The object's key-value pairs, in the order of the text.
+
+    Returns:
+        The object as a dict.
+
+    Raises:
+        DuplicateKeyError: Naming the first key given twice.
+    """
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return value
+
+
 def loads_bounded(text: str | bytes, max_depth: int = MAX_DEPTH, max_chars: int = MAX_CHARS, **kwargs: Any) -> Any:
-    """``json.loads`` that cannot raise ``RecursionError``: size and depth are checked first.
+    """``json.loads`` that cannot raise ``RecursionError``: size and depth are checked first; keys are unique.
 
     Args:
         text: JSON text.
         max_depth: Deepest nesting allowed.
         max_chars: Longest text allowed.
-        **kwargs: Passed on to ``json.loads`` (e.g. ``parse_constant``, ``object_pairs_hook``).
+        **kwargs: Passed on to ``json.loads`` (e.g. ``parse_constant``); ``object_pairs_hook`` defaults to
+            :func:`unique_keys`.
 
     Returns:
         The parsed value.
 
     Raises:
-        ValueError: For a text beyond the limits, or invalid JSON (``json.JSONDecodeError``).
+        ValueError: For a text beyond the limits, invalid JSON (``json.JSONDecodeError``), or an object giving a key
+            twice (:class:`DuplicateKeyError`).
     """
     check_json_bounds(text, max_depth, max_chars)
+    kwargs.setdefault("object_pairs_hook", unique_keys)
     return json.loads(text, **kwargs)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, PlainSerializer
+from pydantic import BeforeValidator, ConfigDict, PlainSerializer, StrictBool, StrictFloat, StrictInt
 
 from clocktune.timeline.bounded_json import loads_bounded
 
@@ -66,6 +66,9 @@ JsonObject = Annotated[
     PlainSerializer(_dump_json_string, return_type=str, when_used="json"),
 ]
 
+# Numbers and flags are strict (pydantic's ``StrictFloat``, ``StrictBool``, ``StrictInt``): ``t: true``, ``t: "1.2"``
+# or ``final: "yes"`` is an error naming the field, not a value coerced into something the file did not say. An
+# integer is a number (``t: 2``).
 # No unknown fields; no NaN or infinite floats: a NaN time compares false with everything, so it would slip through
 # the ordering rules and corrupt every score computed from it.
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -104,11 +107,11 @@ class LatencyModel:
 
     __pydantic_config__ = _STRICT
 
-    median_s: float = 0.6
-    sigma: float = 0.45
-    tail_prob: float = 0.05
-    tail_scale: float = 4.0
-    failure_rate: float = 0.0
+    median_s: StrictFloat = 0.6
+    sigma: StrictFloat = 0.45
+    tail_prob: StrictFloat = 0.05
+    tail_scale: StrictFloat = 4.0
+    failure_rate: StrictFloat = 0.0
 
 
 @dataclass(slots=True)
@@ -128,7 +131,7 @@ class ToolSchema:
     name: str
     description: str
     parameters: JsonObject
-    side_effect: bool
+    side_effect: StrictBool
     latency: LatencyModel = field(default_factory=LatencyModel)
 
 
@@ -178,11 +181,11 @@ class Event:
     __pydantic_config__ = _STRICT
 
     id: str
-    t: float
+    t: StrictFloat
     kind: EventKind
     source: Source
     text: str | None = None
-    final: bool | None = None
+    final: StrictBool | None = None
     revises: str | None = None
     call_id: str | None = None
     name: str | None = None
@@ -216,7 +219,7 @@ class Timeline:
     id: str
     domain: str
     task: str
-    seed: int
+    seed: StrictInt
     teacher: str
     tools: list[ToolSchema]
     initial_state: JsonObject

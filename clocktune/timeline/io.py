@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pydantic import TypeAdapter, ValidationError
 
 from clocktune.atomic import atomic_write, atomic_write_lines
-from clocktune.timeline.bounded_json import check_json_bounds
+from clocktune.data_files import open_data_file
+from clocktune.timeline.bounded_json import MAX_CHARS, DuplicateKeyError, loads_bounded
 from clocktune.timeline.events import Timeline
 
 TIMELINE_ADAPTER: TypeAdapter[Timeline] = TypeAdapter(Timeline)
@@ -75,18 +76,20 @@ def timeline_from_json(line: str | bytes, path: str = "<string>", line_no: int =
         The parsed timeline.
 
     Raises:
-        TimelineFormatError: With one issue per invalid field (one issue for the line when it is too long or
-            nests too deep to parse safely).
+        TimelineFormatError: With one issue per invalid field (one issue for the line when it is not JSON, gives a
+            key twice, or is too long or nests too deep to parse safely).
     """
     try:
-        # pydantic parses the line itself; the bound keeps a hostile line from exhausting the parser's stack.
-        check_json_bounds(line)
+        # Parsed here, not by pydantic: the bound keeps a hostile line from exhausting the parser's stack, and a key
+        # given twice is an error (JSON parsers keep the last silently).
+        record = loads_bounded(line)
+    except DuplicateKeyError as error:
+        raise TimelineFormatError([Issue(path, line_no, error.key, "duplicate key")]) from None
+    except json.JSONDecodeError as error:
+        raise TimelineFormatError([Issue(path, line_no, "-", f"not valid JSON ({error})")]) from None
     except ValueError as error:
         raise TimelineFormatError([Issue(path, line_no, "-", f"not a timeline line ({error})")]) from None
-    try:
-        return TIMELINE_ADAPTER.validate_json(line)
-    except ValidationError as error:
-        raise TimelineFormatError(_issues_from_pydantic(error, path, line_no)) from None
+    return timeline_from_record(record, path, line_no)
 
 
 def timeline_from_record(record: dict, path: str = "<record>", line_no: int = 0) -> Timeline:
@@ -113,10 +116,23 @@ def _issues_from_pydantic(error: ValidationError, path: str, line_no: int) -> li
 def iter_timeline_lines(path: str | os.PathLike) -> Iterator[tuple[int, Timeline | list[Issue]]]:
     """Yields ``(line_no, timeline)`` for each good line of a JSON Lines file and ``(line_no, issues)`` for bad ones.
 
-    Blank lines are skipped. Nothing is raised for bad lines so that a caller can report all of them.
+    Blank lines are skipped. Nothing is raised for bad lines so that a caller can report all of them. A line is read
+    up to :data:`~clocktune.timeline.bounded_json.MAX_CHARS` bytes: a longer one is an issue, and the rest of it is
+    skipped without being held in memory.
+
+    Raises:
+        DataFileError: When ``path`` is not a regular file (a FIFO, a device): it is not read.
+        OSError: When it cannot be opened.
     """
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
+    with open_data_file(path) as handle:
+        line_no = 0
+        while line := handle.readline(MAX_CHARS + 1):
+            line_no += 1
+            if len(line) > MAX_CHARS and not line.endswith(b"\n"):
+                while (rest := handle.readline(MAX_CHARS)) and not rest.endswith(b"\n"):
+                    pass
+                yield line_no, [Issue(str(path), line_no, "-", f"line longer than the limit of {MAX_CHARS:,} bytes")]
+                continue
             if not line.strip():
                 continue
             try:
@@ -231,7 +247,8 @@ def iter_parquet_rows(path: str | os.PathLike) -> Iterator[tuple[int, Timeline |
     """Like :func:`iter_timeline_lines` for a Parquet file; the "line" is the 1-based row number."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    with open_data_file(path) as handle:  # a regular file, or a clear error before pyarrow reads it
+        table = pq.read_table(handle)
     for row_no, record in enumerate(table.to_pylist(), start=1):
         try:
             yield row_no, timeline_from_record(record, str(path), row_no)

@@ -14,7 +14,15 @@ from functools import lru_cache
 
 import jsonschema
 
-from clocktune.timeline.events import AGENT_KINDS, KIND_SOURCE, ON_POLICY_TEACHER, Event, LatencyModel, Timeline
+from clocktune.timeline.events import (
+    AGENT_KINDS,
+    KIND_SOURCE,
+    MAX_TIMELINE_S,
+    ON_POLICY_TEACHER,
+    Event,
+    LatencyModel,
+    Timeline,
+)
 from clocktune.timeline.io import Issue, iter_timeline_file
 from clocktune.timeline.refs import iter_refs, ref_target
 
@@ -31,13 +39,15 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "notice": ("text",),
 }
 
-# Where each latency-model number makes sense (clocktune.clock.sample_latency and sample_failure): a median and a
-# spread are non-negative, probabilities lie in [0, 1], and a tail call is slowed down, never sped up.
+# Where each latency-model number makes sense (clocktune.clock.sample_latency and sample_failure): probabilities lie
+# in [0, 1] and a tail call is slowed down, never sped up. The upper ends are those of a generator config
+# (clocktune.clock.ToolLatencyConfig): a median of ten minutes is no real-time tool, and a log-space spread past 3
+# overflows exp() within a few thousand draws.
 LATENCY_RANGES: dict[str, tuple[float, float]] = {
-    "median_s": (0.0, math.inf),
-    "sigma": (0.0, math.inf),
+    "median_s": (0.0, 600.0),
+    "sigma": (0.0, 3.0),
     "tail_prob": (0.0, 1.0),
-    "tail_scale": (1.0, math.inf),
+    "tail_scale": (1.0, 100.0),
     "failure_rate": (0.0, 1.0),
 }
 
@@ -170,6 +180,9 @@ def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 
                 report(f"{where}.t", f"time goes backwards: {event.t} after {previous_t}")
             elif event.t < 0:
                 report(f"{where}.t", f"negative time {event.t}")
+            elif event.t > MAX_TIMELINE_S:
+                # A session played from the timeline would run its virtual clock that far (a 1e9 s silence).
+                report(f"{where}.t", f"{event.t} s is past the longest timeline, {MAX_TIMELINE_S:.0f} s")
             previous_t = max(previous_t, event.t)
         if KIND_SOURCE[event.kind] != event.source:
             report(f"{where}.source", f"{event.kind} comes from {KIND_SOURCE[event.kind]}, not {event.source}")

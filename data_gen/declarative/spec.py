@@ -18,7 +18,7 @@ import yaml
 from pydantic import ConfigDict, Field, TypeAdapter
 
 from clocktune.data_files import read_data_text
-from clocktune.yaml_config import PositiveFloat, Probability, load_validated_yaml
+from clocktune.yaml_config import PositiveFloat, Probability, StrictLoader, load_validated_yaml
 
 __all__ = ["DomainFileError", "DomainSpec", "PLACEHOLDER", "load_spec", "refs_in"]
 
@@ -240,8 +240,8 @@ class _Problems:
 
 def _compose(path: Path) -> yaml.Node | None:
     try:
-        return yaml.compose(read_data_text(path), Loader=yaml.SafeLoader)
-    except (yaml.YAMLError, ValueError, OSError):
+        return yaml.compose(read_data_text(path), Loader=StrictLoader)
+    except (yaml.YAMLError, ValueError, OSError, RecursionError):
         return None  # load_validated_yaml reports these
 
 
