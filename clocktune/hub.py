@@ -15,6 +15,15 @@ to the checkpoint. Everything else stays local and is named on one line on stder
 folders (``wandb/``, ``runs/``, ``checkpoint-*/``) and the state that only resumes training (``optimizer.pt``,
 ``scheduler.pt``, ``rng_state*.pth``, ``trainer_state.json``, ``training_args.bin``, a pickle).
 
+A checkpoint or dataset may come from someone else, so what a push uploads is checked by kind as well as by name,
+before anything is uploaded (:func:`check_checkpoint`): only regular files inside the folder being pushed go up. A
+symbolic link is resolved: one whose target lies outside the folder (``vocab.json -> /etc/passwd``) is refused, one
+to a regular file inside it uploads that file. A FIFO, socket or device anywhere at the top of the folder, or a
+folder where a file is expected, is refused; neither is ever opened (a FIFO would block the push forever). A
+dataset's shards are validated as timelines first (:func:`clocktune.timeline.validate.validate_file`, the rules of
+``clocktune-datagen validate`` without a domain's replay: no code of the data is imported), and its small JSON files
+are read bounded (:mod:`clocktune.data_files`). A refusal is a ``ValueError`` naming the file, and nothing is pushed.
+
 A push the Hub refuses (401, 403, 404, ...) or cannot be reached for raises :class:`HubPushError`, an ``OSError``
 with a one-line message naming the repo and what to do, which the command lines print as ``error: ...``.
 """
@@ -24,7 +33,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import logging
+import os
 import re
+import stat
 import sys
 import tempfile
 import time
@@ -37,7 +48,9 @@ import httpx2
 from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
+from clocktune.data_files import read_data_text
 from clocktune.model_card import dataset_card, model_card
+from clocktune.timeline.validate import validate_file
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +98,9 @@ def push_checkpoint(
 ) -> str:
     """Uploads a Trainer checkpoint (full model or PEFT LoRA adapter, with its tokenizer) as a model repo.
 
-    Only the allow-listed files go up (``CHECKPOINT_FILES``, see the module docstring); the rest of the folder is
-    named on one line on stderr. Tokenizer files are uploaded as they are: they carry the clock tokens and the
-    timeline chat template.
+    Only the allow-listed files go up (``CHECKPOINT_FILES``, see the module docstring), and only as regular files
+    inside the folder (:func:`check_checkpoint`); the rest of the folder is named on one line on stderr. Tokenizer
+    files are uploaded as they are: they carry the clock tokens and the timeline chat template.
 
     Args:
         checkpoint_dir: Folder saved by a Trainer: ``config.json`` + safetensors, or ``adapter_config.json`` +
@@ -107,14 +120,13 @@ def push_checkpoint(
 
     Raises:
         ValueError: When the folder is neither a model nor an adapter checkpoint, or ``merge_lora`` is set for a
-            full model or an adapter whose config names no base model.
+            full model or an adapter whose config names no base model; when a file to upload is not a regular file
+            inside the folder, or the folder holds a FIFO, socket or device (see :func:`check_checkpoint`).
         FileNotFoundError: When ``checkpoint_dir`` is not a folder.
         HubPushError: When the Hub refuses the push (HTTP 401, 403, 404, ...) or cannot be reached after the
             retries; an ``OSError`` whose message is one line.
     """
     checkpoint_dir = Path(checkpoint_dir)
-    if not checkpoint_dir.is_dir():
-        raise FileNotFoundError(f"{checkpoint_dir}: no such checkpoint folder")
     info = dict(card_info or {})
     files, skipped = _checkpoint_files(checkpoint_dir)
     is_adapter = "adapter_config.json" in files
@@ -125,7 +137,7 @@ def push_checkpoint(
 
     adapter_base = None
     if is_adapter:
-        adapter_base = json.loads(files["adapter_config.json"].read_text()).get("base_model_name_or_path")
+        adapter_base = _read_json_object(files["adapter_config.json"]).get("base_model_name_or_path")
     if merge_lora and not adapter_base:
         raise ValueError(f"{checkpoint_dir / 'adapter_config.json'} names no base_model_name_or_path to merge into")
     base_model = info.get("base_model") or adapter_base
@@ -160,8 +172,10 @@ def push_checkpoint(
 def push_dataset(data_dir: str | Path, repo_id: str, *, private: bool = False, max_retries: int = 3) -> str:
     """Uploads a dataset written by ``clocktune-datagen generate`` as a dataset repo with a dataset card.
 
-    Only a complete dataset is pushed: every shard named by ``train-XXXXX-of-YYYYY``, ``stats.json`` (written last
-    by the generator) and ``generation.json``. Other files in the folder (e.g. temporary files) stay local.
+    Only a complete, valid dataset is pushed: every shard named by ``train-XXXXX-of-YYYYY``, each validated as
+    timelines first (the rules of ``clocktune-datagen validate`` without a domain's replay), ``stats.json`` (written
+    last by the generator) and ``generation.json``, all regular files inside the folder (a symbolic link may point
+    only to a regular file inside it). Other files in the folder (e.g. temporary files) stay local.
 
     Args:
         data_dir: The generator's ``--out`` folder: ``data/train-XXXXX-of-YYYYY.jsonl`` (or ``.parquet``),
@@ -174,7 +188,11 @@ def push_dataset(data_dir: str | Path, repo_id: str, *, private: bool = False, m
         URL of the commit that holds the upload.
 
     Raises:
-        ValueError: When shards are missing, or both JSON Lines and Parquet shards are present.
+        ValueError: When shards are missing, or both JSON Lines and Parquet shards are present; when a file to
+            upload is not a regular file inside the folder (a symbolic link leaving it, a FIFO, a device, a folder);
+            when ``stats.json`` or ``generation.json`` is not a JSON object of at most
+            :data:`~clocktune.data_files.MAX_DATA_FILE_BYTES`; when a shard holds a line that is not a valid
+            timeline (the message starts with its ``file:line:field``).
         FileNotFoundError: When ``stats.json`` or ``generation.json`` is missing.
         HubPushError: When the Hub refuses the push or cannot be reached, as in ``push_checkpoint``.
     """
@@ -186,12 +204,17 @@ def push_dataset(data_dir: str | Path, repo_id: str, *, private: bool = False, m
     expected = int(re.search(r"-of-(\d+)\.", shards[0].name)[1])
     if len(shards) != expected:
         raise ValueError(f"{data_dir / 'data'} holds {len(shards)} of {expected} shards; finish generating first")
-    stats = json.loads((data_dir / "stats.json").read_text())
-    manifest = json.loads((data_dir / "generation.json").read_text())
+    # Every file is checked for what it is before any is read, and all of them before anything is uploaded.
+    root = data_dir.resolve()
+    in_folder = {f"data/{shard.name}": shard for shard in shards}
+    in_folder["stats.json"] = data_dir / "stats.json"
+    in_folder["generation.json"] = data_dir / "generation.json"
+    files = {path_in_repo: _upload_source(path, root) for path_in_repo, path in in_folder.items()}
+    stats = _read_json_object(in_folder["stats.json"])
+    manifest = _read_json_object(in_folder["generation.json"])
+    for shard in shards:
+        _check_shard(shard)
 
-    files = {f"data/{shard.name}": shard for shard in shards}
-    files["stats.json"] = data_dir / "stats.json"
-    files["generation.json"] = data_dir / "generation.json"
     card = dataset_card(repo_id, f"data/*{formats.pop()}", stats, manifest)
     with tempfile.TemporaryDirectory(prefix="clocktune-push-") as tmp:
         staging = _stage(files, str(card), Path(tmp) / "repo")
@@ -203,28 +226,62 @@ def _printable(name: str) -> str:
     return name if name.isprintable() else ascii(name)
 
 
+def check_checkpoint(checkpoint_dir: str | Path) -> None:
+    """Refuses a checkpoint folder whose files :func:`push_checkpoint` would refuse to upload, reading none of them.
+
+    For a caller that reads the folder before pushing it (``clocktune push`` loads the tokenizer for the card): run
+    first, it refuses a FIFO named ``tokenizer.json`` instead of letting the load block on it, and a link leaving the
+    folder before its target is read.
+
+    Args:
+        checkpoint_dir: The checkpoint folder.
+
+    Raises:
+        ValueError: When an allow-listed file (``CHECKPOINT_FILES``) is a symbolic link to a path outside the folder,
+            a folder, or anything but a regular file; when the top of the folder (or ``additional_chat_templates/``)
+            holds a FIFO, socket or device, whatever its name. The message names the path and what it is.
+        FileNotFoundError: When ``checkpoint_dir`` is not a folder.
+    """
+    _checkpoint_files(Path(checkpoint_dir))
+
+
 def _checkpoint_files(folder: Path) -> tuple[dict[str, Path], list[str]]:
-    """The allow-listed files of a checkpoint folder, and what is left out.
+    """The allow-listed files of a checkpoint folder, checked to be regular files inside it, and what is left out.
 
     Args:
         folder: The checkpoint folder.
 
     Returns:
-        ``(files, skipped)``: the files to upload by repo path; the paths left out (folders as ``name/``, not
-        descended into, except ``additional_chat_templates/``), sorted. The README is in neither: the card
-        replaces it.
+        ``(files, skipped)``: the files to upload by repo path (each the resolved path of a regular file inside the
+        folder, see :func:`_upload_source`); the paths left out (folders as ``name/``, not descended into, except a
+        real ``additional_chat_templates/`` folder), sorted. The README is in neither: the card replaces it.
+
+    Raises:
+        ValueError: As :func:`check_checkpoint`.
+        FileNotFoundError: When ``folder`` is not a folder.
     """
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such checkpoint folder")
+    root = folder.resolve()
     candidates: list[str] = []
     skipped: list[str] = []
+    # lstat only: a link is not followed here (nor into a folder elsewhere), and no entry is opened. A FIFO or device
+    # is refused whatever its name: loading the tokenizer for the card opens files beyond the allow-list.
     for path in sorted(folder.iterdir()):
-        if path.is_dir() and path.name == "additional_chat_templates":
-            inner = sorted(path.iterdir())
-            candidates += [f"{path.name}/{item.name}" for item in inner if item.is_file()]
-            skipped += [f"{path.name}/{item.name}/" for item in inner if not item.is_file()]
-        elif path.is_file():
-            candidates.append(path.name)
-        else:
+        mode = path.lstat().st_mode
+        _refuse_special(path, mode)
+        if stat.S_ISDIR(mode) and path.name == "additional_chat_templates":
+            for item in sorted(path.iterdir()):
+                item_mode = item.lstat().st_mode
+                _refuse_special(item, item_mode)
+                if stat.S_ISDIR(item_mode):
+                    skipped.append(f"{path.name}/{item.name}/")
+                else:
+                    candidates.append(f"{path.name}/{item.name}")
+        elif stat.S_ISDIR(mode):
             skipped.append(f"{path.name}/")
+        else:
+            candidates.append(path.name)
 
     def allowed(name: str, patterns: tuple[str, ...]) -> bool:
         # Never a dotfile, even one that a pattern such as *.safetensors would match.
@@ -239,10 +296,103 @@ def _checkpoint_files(folder: Path) -> tuple[dict[str, Path], list[str]]:
         if name == CARD_FILE:
             continue
         if allowed(name, patterns):
-            files[name] = folder / name
+            files[name] = _upload_source(folder / name, root)
         else:
-            skipped.append(name)
+            # A link left out is named as what it points to (a folder as ``name/``); only its metadata is read.
+            skipped.append(f"{name}/" if (folder / name).is_dir() else name)
+    # An allow-listed name given to a folder would otherwise be left out and the push go on without that file.
+    for name in skipped:
+        if name.endswith("/") and allowed(name[:-1], patterns):
+            raise ValueError(f"{_printable(str(folder / name[:-1]))}: a folder, where push expects a regular file")
     return files, sorted(_printable(name) for name in skipped)
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, for a message: ``a FIFO (named pipe)``, ``a device``, ..."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _refuse_special(path: Path, mode: int) -> None:
+    """Refuses a FIFO, socket or device: nothing a checkpoint or dataset holds, and never to be opened."""
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise ValueError(f"{_printable(str(path))}: {_kind(mode)}; push uploads only regular files")
+
+
+def _upload_source(path: Path, root: Path) -> Path:
+    """The regular file that ``path`` uploads: itself, or the target of a symbolic link that stays inside ``root``.
+
+    Only the file's metadata is read (``lstat``, then ``stat`` of a link's target), never its content: opening a
+    FIFO would block forever, and a link may point anywhere (``vocab.json -> /etc/passwd``).
+
+    Args:
+        path: A file of the folder being pushed.
+        root: That folder, resolved.
+
+    Returns:
+        The resolved path of the regular file to upload.
+
+    Raises:
+        ValueError: Naming ``path``, when it is a symbolic link whose target lies outside ``root`` or cannot be
+            reached (dangling, a loop), or when it (or its target) is not a regular file.
+        FileNotFoundError: When ``path`` does not exist.
+    """
+    shown = _printable(str(path))
+    info = path.lstat()
+    target = Path(os.path.realpath(path))
+    if stat.S_ISLNK(info.st_mode):
+        if not target.is_relative_to(root):
+            raise ValueError(
+                f"{shown}: a symbolic link to {_printable(str(target))}, outside the folder being pushed; push "
+                "uploads only files inside it"
+            )
+        try:
+            info = target.stat()
+        except OSError as error:
+            raise ValueError(
+                f"{shown}: a symbolic link to {_printable(str(target))}, which cannot be read ({error.strerror})"
+            ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{shown}: {_kind(info.st_mode)}, where push expects a regular file")
+    return target
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in a small file of the folder being pushed, read bounded (:func:`read_data_text`).
+
+    Raises:
+        ValueError: Naming ``path``, when it is not a regular file, is too large, or does not hold a JSON object.
+        OSError: When it cannot be opened.
+    """
+    try:
+        value = json.loads(read_data_text(path))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: a JSON {type(value).__name__}, where a JSON object is expected")
+    return value
+
+
+def _check_shard(shard: Path) -> None:
+    """Validates a dataset shard as timelines (:func:`validate_file`; no domain replay, no code of the data runs).
+
+    Raises:
+        ValueError: One line starting with the first issue's ``file:line:field`` and counting the others.
+    """
+    try:
+        _, issues = validate_file(shard)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{shard}: cannot be read as timelines ({_one_line(error)})") from None
+    if issues:
+        more = f" (and {len(issues) - 1} more issue(s): `clocktune-datagen validate` lists them)" if issues[1:] else ""
+        raise ValueError(f"{issues[0]}{more}; push uploads only valid timelines")
 
 
 def _merge_adapter(adapter_dir: Path, base_model: str, out_dir: Path) -> None:
@@ -269,7 +419,7 @@ def _point_adapter_at_hub(adapter_config: Path, base_model: str | None) -> None:
     """
     from clocktune.models import hub_id_of
 
-    config = json.loads(adapter_config.read_text(encoding="utf-8"))
+    config = _read_json_object(adapter_config)
     hub_id = hub_id_of(base_model) or hub_id_of(config.get("base_model_name_or_path"))
     if hub_id is None or hub_id == config.get("base_model_name_or_path"):
         return

@@ -15,6 +15,8 @@ from typing import Any
 
 from huggingface_hub import DatasetCard, DatasetCardData, EvalResult, ModelCard, ModelCardData
 
+from clocktune.data_files import read_data_text
+
 __all__ = ["TAGS", "card_info_for", "dataset_card", "eval_results", "model_card"]
 
 TAGS = ["clocktune", "real-time-agent", "tool-calling"]
@@ -101,8 +103,7 @@ def _read_json(path: str | Path | None) -> dict:
     """The JSON object in ``path``; ``{}`` when there is no path."""
     if path is None:
         return {}
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    return json.loads(read_data_text(path))  # bounded, a regular file
 
 
 def _codec_settings(codec: dict) -> dict:

@@ -181,7 +181,9 @@ def test_a_tiny_model_trains_on_a_yaml_domain(generated, tmp_path):
     from tests.test_train import sft_args, tiny_model_dir
 
     _, out = generated
-    trainer = run(sft_args(tiny_model_dir(tmp_path, "llama"), out / "data", tmp_path / "run"), backends=session_backends)
+    trainer = run(
+        sft_args(tiny_model_dir(tmp_path, "llama"), out / "data", tmp_path / "run"), backends=session_backends
+    )
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
     assert (tmp_path / "run" / "config.json").exists()

@@ -252,7 +252,9 @@ def test_an_alias_bomb_in_a_domains_state_is_refused_before_it_expands(tmp_path,
 
 
 def test_a_key_given_twice_in_a_domain_file_is_named_by_file_line_and_key(tmp_path, capsys):
-    text = (REPO / "examples" / "pharmacy.yaml").read_text().replace("name: pharmacy\n", "name: pharmacy\nname: x\n", 1)
+    text = (
+        (REPO / "examples" / "pharmacy.yaml").read_text().replace("name: pharmacy\n", "name: pharmacy\nname: x\n", 1)
+    )
     (tmp_path / "pharmacy.yaml").write_text(text)
     argv = ["generate", "--domain", tmp_path / "pharmacy.yaml", "--num", "2", "--out", tmp_path / "out", "--quiet"]
     code, report = _run("datagen", argv, capsys)

@@ -182,9 +182,10 @@ def cmd_push(args: argparse.Namespace) -> int:
     Returns:
         The exit status, 0.
     """
-    from clocktune.hub import push_checkpoint
+    from clocktune.hub import check_checkpoint, push_checkpoint
     from clocktune.model_card import card_info_for
 
+    check_checkpoint(args.checkpoint)  # links leaving the folder, FIFOs, devices: refused before the card reads them
     card_info = card_info_for(args.checkpoint, args.dataset, args.dataset_stats, args.eval_summary)
     url = push_checkpoint(
         args.checkpoint, args.repo_id, private=args.private, merge_lora=args.merge_lora, card_info=card_info
