@@ -3,7 +3,7 @@
 A CPU training step allocates and frees activations of tens of megabytes in every layer. glibc's default serves
 blocks that large with ``mmap`` and unmaps them when freed, and trims freed memory at the top of the heap, so each step
 faults in and zeroes its activations' pages again: over 7 steps of the embedded model's CPU recipe the kernel's time
-(``sys``) fell from 25 s to 9.5 s with freed memory kept, and steps ran 1.22x faster (BENCHMARKS.md, "Training
+(``sys``) fell from 25 s to 9.5 s with freed memory kept, and steps ran 1.22x faster (docs/benchmarks-history.md, "Training
 step"). ``mallopt`` sets what the ``MALLOC_*_`` environment variables would, from inside the process.
 """
 

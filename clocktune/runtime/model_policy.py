@@ -28,7 +28,7 @@ pay.
 ``call_bias`` moves the policy's operating point between speed and accuracy: it is added to the call marker's logit
 at an action's first token while the user is still speaking. A model fine-tuned on the speculative teacher calls later
 than its teacher (each utterance shows it one call among many waits): the demo's recipe made a speculative call in 14
-of 50 held-out sessions where its teacher did in 28 (BENCHMARKS.md, "Speculation bias").
+of 50 held-out sessions where its teacher did in 28 (docs/benchmarks-history.md, "Speculation bias").
 
 Every session over the same tools starts with the same system prompt (hundreds of tokens of tool schemas), so the
 policies of one model share its prefilled cache and each session starts from a copy, as serving engines' prefix
@@ -90,7 +90,7 @@ class ModelPolicy:
         call_bias: Added to the logit of the format's call marker at an action's first token while the turn's final
             chunk is unheard (``CallBook.heard_final`` false: while the user speaks, and after an answer until the
             next utterance ends; 0: none). Positive values call sooner: faster answers, and wrong guesses where the
-            words do not yet say enough (BENCHMARKS.md, "Speculation bias").
+            words do not yet say enough (docs/benchmarks-history.md, "Speculation bias").
     """
 
     io_bound = False  # compute-bound: on the wall clock it runs on the thread that started the run
