@@ -35,11 +35,13 @@ call whose arguments differ from the recorded ones only in case, punctuation or 
 
 from __future__ import annotations
 
+import bisect
 import datetime
+import itertools
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,7 +186,8 @@ def value_forms(value: Any) -> list[list[str]]:
         return [[_number(repr(value) if isinstance(value, float) else str(value))]]
     if not isinstance(value, str):
         return []
-    forms = [tokens(value)] if tokens(value) else []
+    spoken = tokens(value)
+    forms = [spoken] if spoken else []
     match = _ISO_DATE.match(value.strip())
     if match:
         try:
@@ -199,11 +202,17 @@ def value_forms(value: Any) -> list[list[str]]:
 class Utterance:
     """A text as normalised tokens that remember the word they end in, for finding where a value is heard.
 
+    Finding a value's form of one or two tokens is a dictionary look-up (first occurrences), a longer form one
+    substring search from the first occurrence of its first pair, each remembered: looking up every value of a long
+    result in a long message takes time linear in their lengths, not their product.
+
     Args:
         words: The text's words (as the speech model speaks them: whitespace-separated).
+        breaks: Word indices where a new message starts (for a context read as one text): a number run does not
+            cross them (``"... twenty"`` then ``"five ..."`` stays 20 and 5).
     """
 
-    def __init__(self, words: list[str]):
+    def __init__(self, words: list[str], breaks: Iterable[int] = ()):
         self.words = list(words)
         self.text = " ".join(self.words)
         raw, offset = [], 0
@@ -211,8 +220,26 @@ class Utterance:
             for token, start, end in _raw_tokens(word):
                 raw.append((token, word_index, offset + start, offset + end))
             offset += len(word) + 1
-        self.tokens = _canonical_tokens(raw)
+        self.tokens: list[_Token] = []
+        begin = 0
+        for cut in [*sorted(set(breaks)), len(self.words)]:
+            end = begin
+            while end < len(raw) and raw[end][1] < cut:
+                end += 1
+            self.tokens += _canonical_tokens(raw[begin:end])
+            begin = end
         self._texts = [token.text for token in self.tokens]
+        # First index of each token and of each pair of tokens, and the tokens joined by spaces (no token holds one)
+        # with the offset at which each starts: a form of three tokens or more is then one C-level substring search
+        # from the first occurrence of its first pair, not a scan in Python.
+        self._first: dict[tuple[str, ...], int] = {}
+        for index, text in enumerate(self._texts):
+            self._first.setdefault((text,), index)
+        for index, pair in enumerate(itertools.pairwise(self._texts)):
+            self._first.setdefault(pair, index)
+        self._joined = " " + " ".join(self._texts) + " "
+        self._starts = list(itertools.accumulate((len(text) + 1 for text in self._texts[:-1]), initial=0))
+        self._found: dict[tuple[str, ...], int | None] = {}
 
     @classmethod
     def of(cls, text: str) -> Utterance:
@@ -221,11 +248,19 @@ class Utterance:
 
     def _find(self, form: list[str]) -> int | None:
         # Index of the last token of the first occurrence of ``form``, or None.
-        size = len(form)
-        for start in range(len(self._texts) - size + 1):
-            if self._texts[start : start + size] == form:
-                return start + size - 1
-        return None
+        key = tuple(form)
+        if key not in self._found:
+            pairs = list(itertools.pairwise(key)) or [key]
+            if not key or any(pair not in self._first for pair in pairs):
+                found = None
+            elif len(key) <= 2:
+                found = self._first[key] + len(key) - 1
+            else:
+                # A match starts at a token (after a space): the offset names it.
+                at = self._joined.find(" " + " ".join(key) + " ", self._starts[self._first[pairs[0]]])
+                found = None if at < 0 else bisect.bisect_left(self._starts, at) + len(key) - 1
+            self._found[key] = found
+        return self._found[key]
 
     def heard_at(self, value: Any) -> int | None:
         """After how many words the value has first been heard, or ``None`` if it never is.

@@ -8,6 +8,9 @@ spoken early in a long sentence (``early-order``) and a no-tool turn (``no-tool-
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,12 +19,24 @@ from clocktune.runtime.play import run_policy
 from clocktune.runtime.scripted import ScriptedPolicy
 from clocktune.runtime.session import SessionConfig
 from clocktune.timeline import read_timelines, validate_timeline
+from clocktune.timeline.events import LatencyModel
 from clocktune.tools import BrokenCallError, ToolError
 from data_gen.backends import check_ground_truth_state, make_backend
 from data_gen.cli import main as datagen_main
 from data_gen.determinable import Utterance, accumulate_readings, canonical, place, tokens
 from data_gen.importers.bfcl.entries import build_task as build_bfcl_task
-from data_gen.importers.chat import ChatImportError, RecordedBackend, find_path, import_chat, side_effect
+from data_gen.importers.chat import (
+    ChatImportError,
+    Conversation,
+    RecordedBackend,
+    build_task,
+    find_path,
+    import_chat,
+    parse_conversation,
+    reader,
+    side_effect,
+)
+from data_gen.importers.chat.conversation import MAX_MESSAGE_CHARS, MAX_PAYLOAD_DEPTH
 from data_gen.task import PlannedCall
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "conversations.jsonl"
@@ -324,3 +339,152 @@ def test_import_chat_cli_end_to_end(tmp_path, capsys):
     assert "other settings" in capsys.readouterr().err
     assert datagen_main(["import-chat", str(tmp_path / "nothing.jsonl"), "--out", str(tmp_path / "x")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+# Bounds: message length, nesting, what the source is ------------------------------------------------------------------
+
+
+def _long_answer_row(chars: int) -> dict:
+    """The first example with a result of ``chars / 8`` distinct values that its answer all repeats, last first."""
+    row = _rows()[0]
+    count = chars // 8
+    result = json.loads(row["messages"][3]["content"])
+    row["messages"][3]["content"] = json.dumps({**result, "items": [f"w{i}" for i in range(count)]})
+    row["messages"][-1]["content"] += " " + " ".join(f"w{i}" for i in range(count - 1, -1, -1))
+    return row
+
+
+def _import_seconds(tmp_path: Path, row: dict, name: str) -> float:
+    """The fastest of two imports of one row through the CLI (the machine may be busy)."""
+    source = tmp_path / f"{name}.jsonl"
+    source.write_text(json.dumps(row) + "\n")
+    times = []
+    for attempt in range(2):
+        started = time.perf_counter()
+        assert datagen_main(["import-chat", str(source), "--out", str(tmp_path / f"{name}-{attempt}")]) == 0
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def test_a_message_over_the_length_limit_is_refused_at_once_naming_its_field(tmp_path, capsys):
+    row = _rows()[0]
+    row["messages"][1]["content"] = "weather " * 125_000  # 1 MB
+    source = tmp_path / "long.jsonl"
+    source.write_text(json.dumps(row) + "\n")
+    started = time.perf_counter()
+    assert datagen_main(["import-chat", str(source), "--out", str(tmp_path / "out")]) == 1
+    assert time.perf_counter() - started < 2.0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    assert captured.out.splitlines()[0] == (
+        f"{source}:1:messages.1.content: 1,000,000 characters, over the limit of {MAX_MESSAGE_CHARS:,}"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_import_time_grows_linearly_with_a_long_result_and_the_answer_that_repeats_it(tmp_path, capsys):
+    # Every value of the result is looked up in the answer: that was the product of their lengths.
+    small = _import_seconds(tmp_path, _long_answer_row(10_000), "small")
+    large = _import_seconds(tmp_path, _long_answer_row(40_000), "large")
+    assert large < 8 * small, (small, large)
+    assert large < 5.0
+    capsys.readouterr()
+
+
+def test_the_task_of_a_long_conversation_takes_time_linear_in_its_turns():
+    # The context (system text and earlier turns) and the results so far were read again at every turn.
+    def conversation(turns: int) -> Conversation:
+        messages = [{"role": "system", "content": "You help with item lookups. " * 200}]
+        for turn in range(turns):
+            messages += [
+                {"role": "user", "content": f"Look up item {turn} please"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {
+                            "id": f"c{turn}",
+                            "type": "function",
+                            "function": {"name": "get_item", "arguments": json.dumps({"item": str(turn)})},
+                        },
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": f"c{turn}",
+                    "content": json.dumps([f"v{turn}x{i}" for i in range(20)]),
+                },
+                {"role": "assistant", "content": f"Item {turn} has v{turn}x1 and v{turn}x2."},
+            ]
+        tools = [{"type": "function", "function": {"name": "get_item", "parameters": {"type": "object"}}}]
+        parsed, issues = parse_conversation({"tools": tools, "messages": messages}, "long", LatencyModel(), "-", 1)
+        assert issues == []
+        return parsed
+
+    def seconds(turns: int) -> float:
+        chat = conversation(turns)
+        started = time.perf_counter()
+        task = build_task(chat, "long")
+        elapsed = time.perf_counter() - started
+        assert task.turns[-1].answer(None).facts == [f"v{turns - 1}x1", f"v{turns - 1}x2"]
+        return elapsed
+
+    small, large = min(seconds(50) for _ in range(2)), min(seconds(200) for _ in range(2))
+    assert large < 8 * small, (small, large)
+
+
+def test_a_deeply_nested_result_or_arguments_text_is_one_issue_naming_its_field(tmp_path, capsys):
+    deep_result, deep_arguments = _rows()[0], _rows()[0]
+    deep_result["messages"][3]["content"] = "[" * 10_000 + "]" * 10_000
+    deep_arguments["messages"][2]["tool_calls"][1]["function"]["arguments"] = '{"a":' * 10_000 + "1" + "}" * 10_000
+    source = tmp_path / "deep.jsonl"
+    source.write_text(json.dumps(deep_result) + "\n" + json.dumps(deep_arguments) + "\n")
+    assert datagen_main(["import-chat", str(source), "--out", str(tmp_path / "out")]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    printed = captured.out.splitlines()
+    assert printed[:2] == [
+        f"{source}:1:messages.3.content: JSON nested deeper than {MAX_PAYLOAD_DEPTH} levels",
+        f"{source}:2:messages.2.tool_calls.1.function.arguments: not valid JSON (JSON nested deeper than "
+        f"{MAX_PAYLOAD_DEPTH} levels): " + repr('{"a":' * 12),
+    ]
+    assert printed[2:] == ["2 issue(s) on 2 row(s); nothing was imported"]
+
+
+def test_a_result_nested_to_the_limit_imports_and_reads_back(tmp_path):
+    row = _rows()[0]
+    nested = "[" * (MAX_PAYLOAD_DEPTH - 1) + "]" * (MAX_PAYLOAD_DEPTH - 1)
+    row["messages"][3]["content"] = '{"city": "Paris", "temp_c": 18, "conditions": "sunny", "x": ' + nested + "}"
+    source = tmp_path / "nested.jsonl"
+    source.write_text(json.dumps(row) + "\n")
+    (timeline,) = read_timelines(import_chat(source, tmp_path / "out")["path"])  # the timeline is nested 3 deeper
+    assert validate_timeline(timeline) == []
+
+
+def test_a_source_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path, capsys):
+    fifo = tmp_path / "conversations.jsonl"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    for source in (fifo, zero):
+        codes: list[int] = []
+        args = ["import-chat", str(source), "--out", str(tmp_path / "o")]
+        worker = threading.Thread(target=lambda args=args, codes=codes: codes.append(datagen_main(args)), daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+        if worker.is_alive():  # blocked opening the FIFO: a writer releases it
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        assert codes == [2], source
+        captured = capsys.readouterr()
+        assert captured.err.strip() == f"error: {source}: not a regular file"
+        assert "Traceback" not in captured.out + captured.err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_line_over_the_length_limit_is_reported_and_the_next_lines_still_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "MAX_LINE_BYTES", 4096)
+    good = [json.dumps(row) for row in _rows()[:2]]
+    source = tmp_path / "lines.jsonl"
+    source.write_text("\n".join([good[0], '{"id": "' + "x" * 100_000 + '"}', good[1]]) + "\n")
+    rows = reader.read_rows(source)
+    assert [(row.line, row.record is not None) for row in rows] == [(1, True), (2, False), (3, True)]
+    assert str(rows[1].issue) == f"{source}:2:-: line longer than the limit of 4,096 bytes"

@@ -199,7 +199,10 @@ def validate_timeline(timeline: Timeline, path: str = "<timeline>", line: int = 
                 report(f"{where}.revises", f"revises {event.revises!r}, not an earlier chunk of this utterance")
             in_utterance = not event.final
             heard_turn = heard_turn or bool(event.final)
-            utterance_chunks = set() if event.final else utterance_chunks | {event.id}
+            if event.final:
+                utterance_chunks = set()
+            else:
+                utterance_chunks.add(event.id)  # in place: a new set per chunk is quadratic in an utterance's length
         elif event.kind == "say":
             if event.final:
                 # An answer to a question not yet asked: the turn's request is only complete at its final chunk.

@@ -15,6 +15,13 @@ The package, in the order the data flows:
 - ``placement``: the turns as the teacher's task: calls placed, references found, answer facts.
 - ``backend``: the recorded-response backend and the rule for which tools change state.
 - ``importer``: conversations played out on the virtual clock; a whole file written as a dataset.
+
+**Limits** (each a reported ``file:line:field``, or one ``error:`` line for the source itself): a source file must
+be a regular file, never a FIFO or a device (``reader``); a JSON Lines line holds at most 64 MiB
+(``reader.MAX_LINE_BYTES``); a message's text at most 100,000 characters (``conversation.MAX_MESSAGE_CHARS``, about
+25,000 tokens); a result or arguments text nests at most 97 levels (``conversation.MAX_PAYLOAD_DEPTH``); and a
+conversation plays out within the longest timeline (``clocktune.timeline.events.MAX_TIMELINE_S``, an hour). Below
+them, importing takes time linear in a conversation's size (``placement.build_task``).
 """
 
 from __future__ import annotations

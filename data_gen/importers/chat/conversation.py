@@ -14,6 +14,10 @@ or that list as a JSON string. Messages have roles ``system``, ``user``, ``assis
 
 :func:`parse_conversation` reports every problem of a row as an :class:`~clocktune.timeline.io.Issue` naming the
 field (``messages.3.tool_calls.0.function.arguments``), so one pass over a file lists every bad line.
+
+**Limits.** A message's text (its ``content``, a call's ``arguments`` text, a user utterance of consecutive user
+messages joined) holds at most :data:`MAX_MESSAGE_CHARS` characters; a result or arguments text nests at most
+:data:`MAX_PAYLOAD_DEPTH` levels. Past either, the field is reported and the row refused.
 """
 
 from __future__ import annotations
@@ -23,15 +27,41 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from clocktune.timeline.bounded_json import loads_bounded
+from clocktune.timeline.bounded_json import MAX_DEPTH, loads_bounded
 from clocktune.timeline.events import LatencyModel, ToolSchema
 from clocktune.timeline.io import Issue
 from clocktune.timeline.validate import argument_errors, schema_error
 from data_gen.importers.chat.backend import side_effect
 
-__all__ = ["ROLES", "ChatTurn", "Conversation", "RecordedCall", "parse_conversation", "parse_tools"]
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "MAX_PAYLOAD_DEPTH",
+    "ROLES",
+    "ChatTurn",
+    "Conversation",
+    "RecordedCall",
+    "parse_conversation",
+    "parse_tools",
+]
 
 ROLES = ("system", "user", "assistant", "tool")
+
+MAX_MESSAGE_CHARS = 100_000
+"""The longest text of one message, in characters (about 25,000 tokens, 16,000 words).
+
+Three times the longest training window of the project's configs (8,192 tokens), so a longer message could not be
+trained on whole, and a user message that long takes about an hour and a half to speak at 3 words/s, past the
+longest timeline (``clocktune.timeline.events.MAX_TIMELINE_S``). It also bounds what one row costs to import.
+"""
+
+MAX_PAYLOAD_DEPTH = MAX_DEPTH - 3
+"""The deepest nesting of a result or arguments text (97 levels).
+
+The timeline stores a result three levels down (``initial_state.responses.<i>.content``) and arguments as deep
+(``ground_truth.final_state.writes.<i>.arguments``), and its JSON is read back nested at most
+``clocktune.timeline.bounded_json.MAX_DEPTH`` (100) levels. Checked before parsing, without recursion: a text nested
+thousands deep is one reported field, not a ``RecursionError``.
+"""
 
 
 @dataclass
@@ -154,8 +184,11 @@ def parse_tools(tools: Any, latency: LatencyModel, report: Any) -> list[ToolSche
 
 def _arguments(raw: Any, where: str, report: Any) -> dict[str, Any] | None:
     if isinstance(raw, str):
+        if len(raw) > MAX_MESSAGE_CHARS:
+            report(where, f"{len(raw):,} characters, over the limit of {MAX_MESSAGE_CHARS:,}")
+            return None
         try:
-            raw = loads_bounded(raw) if raw.strip() else {}
+            raw = loads_bounded(raw, max_depth=MAX_PAYLOAD_DEPTH) if raw.strip() else {}
         except ValueError as error:
             report(where, f"not valid JSON ({getattr(error, 'msg', None) or error}): {raw[:60]!r}")
             return None
@@ -167,14 +200,14 @@ def _arguments(raw: Any, where: str, report: Any) -> dict[str, Any] | None:
     return raw
 
 
-def _result(content: Any) -> Any:
-    text = _text(content)
+def _result(text: str | None, content: Any) -> Any:
+    # Raises ValueError (not json.JSONDecodeError) for a text nested too deep to parse.
     if text is None:
         return content  # structured content kept as it is
     try:
-        return json.loads(text)
-    except ValueError:
-        return text
+        return loads_bounded(text, max_depth=MAX_PAYLOAD_DEPTH)
+    except json.JSONDecodeError:
+        return text  # not JSON: the result is the text
 
 
 def parse_conversation(
@@ -211,6 +244,8 @@ def parse_conversation(
     calls: dict[str, RecordedCall] = {}  # open calls of the turn by id
     rejected: set[str] = set()  # ids of malformed calls
     rounds = 0
+    spoken: list[str] = []  # the turn's user messages
+    spoken_chars = 0
     last_call_at: int | None = None  # message index of the turn's last call
     answer_at: int | None = None
     for index, message in enumerate(messages):
@@ -226,16 +261,29 @@ def parse_conversation(
         if text is None and role != "tool":
             report(f"{where}.content", "must be text or a list of text parts")
             continue
+        too_long = text is not None and len(text) > MAX_MESSAGE_CHARS
+        if too_long:
+            report(f"{where}.content", f"{len(text):,} characters, over the limit of {MAX_MESSAGE_CHARS:,}")
+            text = text[:MAX_MESSAGE_CHARS]  # read on, to report the row's other problems (it is refused)
         if role == "system":
             system.append(text)
         elif role == "user":
             if not text.split():
                 report(f"{where}.content", "a user message needs words")
             elif turns and not turns[-1].calls and not turns[-1].answer:
-                turns[-1].text += " " + text  # consecutive user messages are one utterance
+                # Consecutive user messages are one utterance, joined once the turn ends (in linear time).
+                if spoken_chars <= MAX_MESSAGE_CHARS < spoken_chars + 1 + len(text):
+                    report(
+                        f"{where}.content",
+                        f"the user's utterance (consecutive user messages are one) grows past the limit of "
+                        f"{MAX_MESSAGE_CHARS:,} characters",
+                    )
+                spoken.append(text)
+                spoken_chars += 1 + len(text)
             else:
-                _close_turn(turns, calls, last_call_at, answer_at, report)
+                _close_turn(turns, spoken, calls, last_call_at, answer_at, report)
                 turns.append(ChatTurn(text))
+                spoken, spoken_chars = [text], len(text)
                 calls, rounds, last_call_at, answer_at = {}, 0, None, None
         elif not turns:
             report(where, f"a {role} message before the first user message")
@@ -269,11 +317,15 @@ def parse_conversation(
             elif call.answered:
                 report(f"{where}.tool_call_id", f"{call_id!r} is answered twice")
             else:
-                call.result, call.answered = _result(message.get("content")), True
+                try:
+                    call.result = None if too_long else _result(text, message.get("content"))
+                except ValueError as error:  # nested too deep to parse
+                    report(f"{where}.content", str(error))
+                call.answered = True
     if not turns:
         report("messages", "no user message")
     else:
-        _close_turn(turns, calls, last_call_at, answer_at, report)
+        _close_turn(turns, spoken, calls, last_call_at, answer_at, report)
     if issues:
         return None, issues
     return Conversation(str(row_id), list(tools.values()), " ".join(system), turns), issues
@@ -310,10 +362,16 @@ def _call(
 
 
 def _close_turn(
-    turns: list[ChatTurn], calls: Mapping[str, RecordedCall], last_call_at: int | None, answer_at: int | None, report
+    turns: list[ChatTurn],
+    spoken: list[str],
+    calls: Mapping[str, RecordedCall],
+    last_call_at: int | None,
+    answer_at: int | None,
+    report,
 ) -> None:
     if not turns:
         return
+    turns[-1].text = " ".join(spoken)
     for call in calls.values():
         if not call.answered:
             report(call.field, f"call {call.call_id!r} has no tool message")

@@ -25,7 +25,7 @@ from typing import Any
 
 from clocktune.atomic import atomic_write_lines
 from clocktune.settings_stamp import stamp_settings
-from clocktune.timeline.events import GroundTruth, Timeline
+from clocktune.timeline.events import MAX_TIMELINE_S, GroundTruth, Timeline
 from clocktune.timeline.io import Issue, timeline_to_json
 from clocktune.timeline.validate import validate_timeline
 from clocktune.tools import ToolError
@@ -164,6 +164,11 @@ def import_chat(
             timeline = conversation_timeline(conversation, kind, dialogue_seed(seed, row.index), config)
         except (GenerationError, ValueError) as error:
             issues.append(Issue(row.path, row.line, "messages", f"cannot be played out: {error}"))
+            continue
+        if timeline.events and timeline.events[-1].t > MAX_TIMELINE_S:
+            # One line for the row, not one per event past the limit (validation's listing).
+            message = f"plays out in {timeline.events[-1].t:.0f} s, past the longest timeline ({MAX_TIMELINE_S:.0f} s)"
+            issues.append(Issue(row.path, row.line, "messages", message))
             continue
         found = validate_timeline(timeline, row.path, row.line)
         if found:

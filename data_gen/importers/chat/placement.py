@@ -4,7 +4,8 @@ Each turn's calls are placed with :func:`data_gen.determinable.place` (the rule 
 at the first prefix of the user's words that holds every argument value. A value the turn's words do not hold is
 looked for, in this order,
 
-1. in the context: the system messages and the user's earlier turns; it stays a literal, known from the start;
+1. in the context: the system messages (one text) and the user's earlier turns, each its own text (a number run does
+   not join the end of one to the start of the next); it stays a literal, known from the start;
 2. in the result of an earlier call (an earlier turn's, or an earlier round of this turn's: calls of one assistant
    message ran in parallel and could not see each other's results), the latest first: it becomes
    ``{"$ref": "<key>.<path>"}`` into that result, the path found by searching the result for a leaf equal to the
@@ -22,6 +23,8 @@ Strings of one character are left out: they match by chance.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 from data_gen.determinable import MISSING, Utterance, accumulate_readings, leaves, place, value_forms
@@ -42,17 +45,24 @@ def find_path(result: Any, value: Any) -> str | None:
         ``""`` when the result is the value itself, else ``"items.0.id"``-style paths; keys holding a dot, or
         empty ones, cannot be written in a reference and are skipped.
     """
+    return next((path for path, leaf in _reference_leaves(result) if _same(leaf, value)), None)
+
+
+def _same(leaf: Any, value: Any) -> bool:
+    return type(leaf) is type(value) and leaf == value
+
+
+def _reference_leaves(result: Any) -> Iterator[tuple[str, Any]]:
+    # The leaves a reference can name: leaves() joins keys with dots, so a key that holds one (or an empty key)
+    # would split into a path that does not exist.
     for path, leaf in leaves(result):
-        if type(leaf) is type(value) and leaf == value:
-            parts = path.split(".") if path else []
-            if path and not all(parts) or _has_dotted_key(result, parts):
-                continue
-            return path
-    return None
+        parts = path.split(".") if path else []
+        if path and not all(parts) or _has_dotted_key(result, parts):
+            continue
+        yield path, leaf
 
 
 def _has_dotted_key(result: Any, parts: list[str]) -> bool:
-    # leaves() joins keys with dots: a key that holds one would split into a path that does not exist.
     value = result
     for part in parts:
         if isinstance(value, list):
@@ -62,6 +72,15 @@ def _has_dotted_key(result: Any, parts: list[str]) -> bool:
         else:
             return True
     return False
+
+
+def _leaf_key(leaf: Any) -> tuple[type, Any] | None:
+    # A dictionary key that is equal exactly when find_path's test is (same type, equal value); None: unhashable.
+    try:
+        hash(leaf)
+    except TypeError:
+        return None
+    return type(leaf), leaf
 
 
 def answer_facts(text: str, results: list[Any]) -> list[str]:
@@ -74,20 +93,63 @@ def answer_facts(text: str, results: list[Any]) -> list[str]:
     Returns:
         Distinct facts (case-insensitively), in the order of the results.
     """
-    answer = Utterance.of(text)
-    facts: list[str] = []
+    index = _FactIndex()
     for result in results:
+        index.add(result)
+    return index.facts(text)
+
+
+class _FactIndex:
+    """The values of the results so far, indexed by their normalised forms, for the facts of each answer.
+
+    An answer is matched against the index by its own runs of tokens (of the lengths some form has), so each turn
+    costs time in its answer's length, not in the size of every result seen so far.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[tuple[type, Any], int] = {}  # value -> its position in _values
+        self._values: list[Any] = []  # distinct values, in the order of their first leaf
+        self._by_form: dict[tuple[str, ...], list[int]] = {}
+        self._lengths: set[int] = set()
+
+    def add(self, result: Any) -> None:
+        """Indexes the values of one more result (after those already added)."""
         for _, value in leaves(result):
-            if not value_forms(value) or (isinstance(value, str) and len(value.strip()) < 2):
+            key = _leaf_key(value)
+            if key is None or key in self._first:
                 continue
-            span = answer.span(value)
-            if span and span.lower() not in {fact.lower() for fact in facts}:
+            self._first[key] = len(self._values)
+            self._values.append(value)
+            if isinstance(value, str) and len(value.strip()) < 2:
+                continue  # one character matches by chance
+            for form in value_forms(value):
+                self._by_form.setdefault(tuple(form), []).append(self._first[key])
+                self._lengths.add(len(form))
+
+    def facts(self, text: str) -> list[str]:
+        """The facts of an answer (see :func:`answer_facts`)."""
+        answer = Utterance.of(text)
+        words = [token.text for token in answer.tokens]
+        heard: set[int] = set()
+        for size in self._lengths:
+            for start in range(len(words) - size + 1):
+                heard.update(self._by_form.get(tuple(words[start : start + size]), ()))
+        facts: list[str] = []
+        seen: set[str] = set()  # facts, lower-cased
+        for position in sorted(heard):
+            span = answer.span(self._values[position])
+            if span and span.lower() not in seen:
                 facts.append(span)
-    return facts
+                seen.add(span.lower())
+        return facts
 
 
 def build_task(conversation: Conversation, kind: str) -> Task:
     """The task of a conversation.
+
+    Each text is tokenised once and each result indexed once (the context is the system messages and every turn
+    read as one text, each turn seeing the prefix before it), so the task takes time linear in the conversation's
+    size rather than in the product of its messages' lengths or in its number of turns times its length.
 
     Args:
         conversation: The checked conversation.
@@ -96,39 +158,49 @@ def build_task(conversation: Conversation, kind: str) -> Task:
     Returns:
         The task; call keys are ``t<turn>c<n>``.
     """
-    context_words: list[str] = conversation.system.split()
-    earlier: list[tuple[str, RecordedCall]] = []  # (key, call) of calls whose results a later round can see
-    results: list[Any] = []
+    spoken = [chat_turn.text.split() for chat_turn in conversation.turns]
+    system = conversation.system.split()
+    starts = list(itertools.accumulate((len(words) for words in spoken), initial=len(system)))
+    context = Utterance(system + [word for words in spoken for word in words], breaks=starts)
+    sources: list[tuple[str, RecordedCall]] = []  # every call, in order: the first ``visible`` can be referenced
+    latest: dict[tuple[type, Any], str] = {}  # leaf -> reference into the latest indexed result holding it
+    indexed = 0
+    results = _FactIndex()
     turns = []
     for turn_index, chat_turn in enumerate(conversation.turns):
-        words = chat_turn.text.split()
-        utterance, context = Utterance(words), Utterance(context_words)
+        words = spoken[turn_index]
+        utterance = Utterance(words)
         placed: list[tuple[int, PlannedCall]] = []
-        this_turn: list[tuple[str, RecordedCall]] = []
+        visible, round_ = len(sources), None
         for number, call in enumerate(chat_turn.calls):
             key = f"t{turn_index}c{number}"
-            visible = earlier + [(k, c) for k, c in this_turn if c.round < call.round]
+            if call.round != round_:
+                # Earlier turns' calls and this turn's earlier rounds: calls come in the order made, round by round.
+                visible, round_ = len(sources), call.round
+            sources.append((key, call))
+            for source_key, source in sources[indexed:visible]:
+                paths: dict[tuple[type, Any], str] = {}
+                for path, leaf in _reference_leaves(source.result):
+                    leaf_key = _leaf_key(leaf)
+                    if leaf_key is not None:
+                        paths.setdefault(leaf_key, f"{source_key}.{path}" if path else source_key)
+                latest.update(paths)
+            indexed = max(indexed, visible)
 
-            def available(
-                value: Any, visible: list[tuple[str, RecordedCall]] = visible, context: Utterance = context
-            ) -> Any:
-                if context.heard_at(value) is not None:
+            def available(value: Any, heard_before: int = starts[turn_index]) -> Any:
+                heard = context.heard_at(value)
+                if heard is not None and heard <= heard_before:
                     return value
-                for source_key, source in reversed(visible):
-                    path = find_path(source.result, value)
-                    if path is not None:
-                        return {"$ref": f"{source_key}.{path}" if path else source_key}
-                return MISSING
+                reference = latest.get(_leaf_key(value))
+                return MISSING if reference is None else {"$ref": reference}
 
             placement = place(call.arguments, utterance, available)
             at = placement.at_word if placement.at_word is not None else len(words)
             placed.append((at, PlannedCall(key, call.name, placement.arguments)))
-            this_turn.append((key, call))
-        earlier += this_turn
-        results += [call.result for call in chat_turn.calls]
-        answer = Answer(chat_turn.answer, answer_facts(chat_turn.answer, results))
+        for call in chat_turn.calls:
+            results.add(call.result)
+        answer = Answer(chat_turn.answer, results.facts(chat_turn.answer))
         turns.append(Turn(words, accumulate_readings(placed, len(words)), lambda _results, a=answer: a))
-        context_words = context_words + words
     return Task(kind, turns)
 
 

@@ -10,6 +10,11 @@ object read back has ``None`` under every key some other row had: rows from Arro
 dropped again, which gives the rows JSON Lines would, equal as data (Arrow may list an object's keys in another
 order, e.g. a schema's properties). A JSON ``null`` argument in an Arrow source is therefore lost; store arguments
 as JSON strings, as TRL datasets do, to keep it.
+
+**Limits.** A source file must be a regular file (a FIFO, a device such as ``/dev/zero`` or a socket is refused
+before anything is read from it; ``clocktune.data_files``). JSON Lines are streamed, each line at most
+:data:`MAX_LINE_BYTES` (a longer one is reported and skipped); a ``.json`` file is parsed whole only up to
+:data:`MAX_JSON_BYTES`, and read as JSON Lines past it.
 """
 
 from __future__ import annotations
@@ -20,12 +25,21 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from clocktune.timeline.bounded_json import loads_bounded
+from clocktune.data_files import open_data_file
+from clocktune.timeline.bounded_json import MAX_CHARS, loads_bounded
 from clocktune.timeline.io import Issue
 
-__all__ = ["Row", "fingerprint", "read_rows"]
+__all__ = ["MAX_JSON_BYTES", "MAX_LINE_BYTES", "Row", "fingerprint", "read_rows"]
+
+MAX_LINE_BYTES = 4 * MAX_CHARS
+"""The longest JSON Lines line read (64 MiB): the most that ``bounded_json.MAX_CHARS`` (16 Mi) characters of UTF-8
+take, so the parser's own limit, in characters, is the one a line meets first."""
+
+MAX_JSON_BYTES = MAX_CHARS
+"""The largest ``.json`` file parsed as one JSON value (16 MiB, within ``bounded_json.MAX_CHARS``); a larger one is
+streamed as JSON Lines, as a ``.json`` file that does not parse whole already is."""
 
 
 @dataclass
@@ -55,22 +69,40 @@ def _drop_nulls(value: Any) -> Any:
     return value
 
 
+def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
+    # Each line, or None for one longer than MAX_LINE_BYTES (read past in blocks, never held whole).
+    while line := handle.readline(MAX_LINE_BYTES + 1):
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):
+                line = handle.readline(1 << 20)
+            yield None
+        else:
+            yield line
+
+
 def _jsonl(path: Path) -> Iterator[tuple[int, Any, Issue | None]]:
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
+    with open_data_file(path) as handle:
+        for line_no, line in enumerate(_lines(handle), start=1):
+            if line is None:
+                issue = Issue(str(path), line_no, "-", f"line longer than the limit of {MAX_LINE_BYTES:,} bytes")
+                yield line_no, None, issue
+                continue
             if not line.strip():
                 continue
             try:
-                yield line_no, loads_bounded(line), None
-            except ValueError as error:  # json.JSONDecodeError included: a truncated line
+                yield line_no, loads_bounded(line.decode("utf-8")), None
+            except ValueError as error:  # json.JSONDecodeError and UnicodeDecodeError included: a truncated line
                 message = getattr(error, "msg", None) or str(error)
                 yield line_no, None, Issue(str(path), line_no, "-", f"not valid JSON ({message})")
 
 
 def _json(path: Path) -> Iterator[tuple[int, Any, Issue | None]]:
-    text = path.read_text(encoding="utf-8")
+    with open_data_file(path) as handle:
+        data = handle.read(MAX_JSON_BYTES + 1)
     try:
-        value = loads_bounded(text)
+        if len(data) > MAX_JSON_BYTES:
+            raise ValueError("too large to parse whole")
+        value = loads_bounded(data.decode("utf-8"))
     except ValueError:
         yield from _jsonl(path)  # JSON Lines named .json, or a bad line in one: its line numbers say where
         return
@@ -106,12 +138,14 @@ def _sources(path: Path) -> Iterator[tuple[str, Iterator[tuple[int, Any, Issue |
         for file in files:
             yield from _sources(file)
         return
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"{path}: no such file or folder")
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        yield str(path), _arrow_rows(pq.read_table(path).to_pylist())
+        with open_data_file(path) as handle:
+            table = pq.read_table(handle)
+        yield str(path), _arrow_rows(table.to_pylist())
     elif path.suffix == ".json":
         yield str(path), _json(path)
     else:
@@ -130,7 +164,8 @@ def read_rows(source: str | os.PathLike, limit: int | None = None) -> list[Row]:
         The rows in order; unreadable ones carry their issue.
 
     Raises:
-        ValueError: For a path that does not exist or holds nothing to read.
+        ValueError: For a path that does not exist or holds nothing to read, and
+            (``clocktune.data_files.DataFileError``) for a file that is not a regular file (a FIFO, a device).
         OSError: For a file that cannot be read.
     """
     rows: list[Row] = []
@@ -158,7 +193,7 @@ def fingerprint(source: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     for file in files:
         digest.update(json.dumps(str(file.relative_to(path)) if path.is_dir() else file.name).encode())
-        with open(file, "rb") as handle:
+        with open_data_file(file) as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
