@@ -134,6 +134,7 @@ class Session:
         self._speech_pending = 0
         self._turn = 0
         self._heard_final = False
+        self._final_heard_at = 0.0
         self._done = False
         self._answered_turns = 0
         self._notices = 0
@@ -199,6 +200,7 @@ class Session:
                 self._last_chunk_id[fields["recorded"]] = event.id
                 if fields["final"]:
                     self._heard_final = True
+                    self._final_heard_at = t
             else:
                 event = self._log(
                     t,
@@ -319,12 +321,19 @@ class Session:
         self._wake.set()
 
     async def _turn_watchdog(self) -> None:
-        # A policy that never answers must not hang the session (or a benchmark of thousands of them).
+        # A policy that never answers must not hang the session (or a benchmark of thousands of them). The limit
+        # counts from the user's final words of the turn, not from the turn's start: a turn whose speech lasts longer
+        # than the limit still gets all of it to answer in.
+        limit = self.config.turn_limit_s
         while not self._done:
-            turn = self._turn
-            await asyncio.sleep(self.config.turn_limit_s)
-            if not self._done and self._turn == turn and self._heard_final:
+            if not self._heard_final:
+                await asyncio.sleep(limit)
+                continue
+            waited = self.now() - self._final_heard_at
+            if waited >= limit:
                 self._end("timeout")
+                return
+            await asyncio.sleep(limit - waited)
 
     async def run(self) -> SessionLog:
         """Plays the session out.
