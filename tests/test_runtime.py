@@ -445,3 +445,39 @@ def test_wall_clock_takes_streamed_first_words_and_runs_io_bound_policies_in_wor
     # The answer's first words were out 10 ms into the action that wrote it, before the policy handed it over.
     assert 0.005 <= log.first_words[0] - answer < 0.02
     assert threading.main_thread() not in policy.threads
+
+
+class _Waiter:
+    """Waits whatever it hears: a policy that never answers."""
+
+    name = "waiter"
+    io_bound = False
+
+    def close(self):
+        pass
+
+    def observe(self, events):
+        return 0
+
+    def act(self, t):
+        return Decision(Action("wait"), 1)
+
+
+def test_an_unanswered_turn_times_out_its_limit_after_the_users_final_words_however_long_they_spoke(generated):
+    import asyncio
+
+    timeline = generated[0][0]
+    spoken = next(e.t for e in timeline.events if e.kind == "user_chunk" and e.final)
+    limit = spoken / 2.5  # the user speaks for longer than the limit
+
+    async def play():
+        # Notices ("nothing is pending") come every action and never add up to giving up: only the limit ends it.
+        config = SessionConfig(turn_limit_s=limit, max_notices=10**6)
+        log = await Session(timeline, _Waiter(), config, make_backend(timeline)).run()
+        return log, asyncio.get_running_loop().time()
+
+    log, ended = run_virtual(play())
+    heard = next(e.t for e in log.timeline.events if e.kind == "user_chunk" and e.final)
+    assert log.end_reason == "timeout"
+    # Within one notice's action of the limit; counted from the turn's start, it ended 0.2 x spoken after the words.
+    assert ended == pytest.approx(heard + limit, abs=0.05)
