@@ -2,7 +2,7 @@
 and every reference to the design document names a section it has.
 
 The import graph is read with :mod:`ast` (nothing is executed), imports inside functions included: a lazy import
-is still a dependency. The layers are those of the README's Layout section and docs/design.md §9.
+is still a dependency. The layers are those of docs/layout.md and docs/design.md §9.
 """
 
 import ast

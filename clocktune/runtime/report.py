@@ -178,7 +178,7 @@ def summarize_runs(policy: PolicyRun, baseline: PolicyRun, oracle: PolicyRun | N
         oracle: Optionally the oracle's run, to report the share of its latency reduction the policy achieves.
 
     Returns:
-        A JSON-ready dict (see the README's eval section for every key).
+        A JSON-ready dict (see docs/runtime.md for every key).
     """
     ratios = [
         b.latency_s / p.latency_s
