@@ -25,7 +25,7 @@ from clocktune.runtime.clocks import Clock, VirtualClock
 from clocktune.runtime.executor import ToolExecutor
 from clocktune.runtime.policy import Policy
 from clocktune.runtime.speech import RecordedSpeech, SpeechSource, SpokenChunk
-from clocktune.runtime.virtual_clock import session_seconds
+from clocktune.runtime.virtual_clock import GRID_DIGITS, session_seconds
 from clocktune.timeline.events import MAX_TIMELINE_S, Event, Timeline
 from clocktune.timeline.refs import iter_refs
 from clocktune.tools import ToolBackend
@@ -329,11 +329,13 @@ class Session:
             if not self._heard_final:
                 await asyncio.sleep(limit)
                 continue
-            waited = self.now() - self._final_heard_at
-            if waited >= limit:
+            # On the grid of the virtual clock: a remainder under half a millisecond would be a sleep of 0 there,
+            # and the watchdog would wake at the same time for ever.
+            left = round(limit - (self.now() - self._final_heard_at), GRID_DIGITS)
+            if left <= 0:
                 self._end("timeout")
                 return
-            await asyncio.sleep(limit - waited)
+            await asyncio.sleep(left)
 
     async def run(self) -> SessionLog:
         """Plays the session out.
