@@ -481,7 +481,7 @@ def test_clocktune_train_hands_the_config_and_every_override_to_the_recipe(monke
     from clocktune.cli import main
 
     seen = []
-    monkeypatch.setattr(clocktune.train.sft, "run", lambda argv, backends, experts: seen.append(argv))
+    monkeypatch.setattr(clocktune.train.sft, "run", lambda argv, backends, experts, check_backends: seen.append(argv))
     argv = ["--config", "configs/smollm2-135m/sft_lora_cpu.yaml", "--train_data", "a", "b", "--max_steps", "3"]
     assert main(["train", *argv]) == 0
     assert seen == [argv]
