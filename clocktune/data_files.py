@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-
 from typing import BinaryIO
 
 __all__ = ["MAX_DATA_FILE_BYTES", "DataFileError", "open_data_file", "read_data_bytes", "read_data_text"]

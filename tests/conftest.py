@@ -2,6 +2,11 @@ import os
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers on two cores: one torch thread each, set before torch starts its thread pool, so
+    # that they do not fight over both cores (two-thread steps beside another CPU-bound process ran 2-9x slower).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -36,3 +41,25 @@ def hub(monkeypatch):
         monkeypatch.setenv("HF_TOKEN", "hf_test")
         monkeypatch.setattr(hub_module, "RETRY_BASE_DELAY_S", 0.01)
         yield mock
+
+
+# Hostile inputs must be refused in bounded time and memory (issue 36): generous bounds that a slow machine keeps, far
+# below what an input that slipped through takes (an alias bomb: gigabytes; a 1e9 s silence: for ever).
+BOUNDED_SECONDS = 60.0
+BOUNDED_MEMORY_GROWTH_BYTES = 1024**3
+
+
+@pytest.fixture
+def bounded():
+    """Fails a test that took longer than ``BOUNDED_SECONDS`` or raised the process's peak memory by more than
+    ``BOUNDED_MEMORY_GROWTH_BYTES`` (``ru_maxrss``, a high-water mark: growth past the peak so far)."""
+    import resource
+    import time
+
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    started = time.monotonic()
+    yield
+    seconds = time.monotonic() - started
+    growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak_before
+    assert seconds <= BOUNDED_SECONDS, f"took {seconds:.1f} s"
+    assert growth <= BOUNDED_MEMORY_GROWTH_BYTES, f"peak memory grew by {growth / 1024**2:.0f} MiB"

@@ -21,6 +21,8 @@ from clocktune.clock import PROFILES, DeviceProfile, SpeechConfig, ToolLatencyCo
 from data_gen.cli import main as datagen_main
 from data_gen.config import GeneratorConfig, PlannerConfig, load_config
 
+pytestmark = pytest.mark.usefixtures("bounded")  # every hostile input is refused in bounded time and memory
+
 ROOT = Path(__file__).resolve().parents[1]
 GOOD_CONFIG = "no_tool_rate: 0.2\nspeech:\n  words_per_s: 2.5\n"
 DEVICE = "device:\n  name: d\n  prefill_tokens_per_s: 1000.0\n  action_overhead_s: 0.01\n  decode_tokens_per_s: "

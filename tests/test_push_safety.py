@@ -23,6 +23,8 @@ from clocktune.cli import main as clocktune_main
 from data_gen.cli import main as datagen_main
 from tests.test_hub import _clock_folder
 
+pytestmark = pytest.mark.usefixtures("bounded")  # every hostile input is refused in bounded time and memory
+
 SECRET = "root:x:0:0:root:/root:/bin/bash\n"
 
 

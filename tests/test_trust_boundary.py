@@ -19,6 +19,8 @@ from data_gen.cli import main as datagen_main
 from data_gen.config import GeneratorConfig
 from data_gen.writer import GenerationJob, run_generation
 
+pytestmark = pytest.mark.usefixtures("bounded")  # every hostile input is refused in bounded time and memory
+
 REPO = Path(__file__).resolve().parents[1]
 MARKER_CODE = "import pathlib\npathlib.Path(__file__).with_name('imported.marker').write_text('ran')\n"
 
