@@ -22,12 +22,20 @@ one warm-up step and prints seconds per step (median), the warm-up step's loss, 
 
     python scripts/bench_train.py [--batches 6] [--batch-size 2]
     python scripts/bench_train.py --shared-rows 4 [--batches 2] [--bf16] [--default-heap]
+With ``--busy-neighbour``, instead: the recipe's own step (float32 sdpa) on a quiet machine, then with one other
+CPU-bound process running (``python -c "while True: pass"``) at torch's default threads, then with the same process
+and ``clocktune.train.cpu_share.FairShare`` adjusting the threads every two steps as training on a CPU does, then
+quiet again with the fair share on (it must give the cores back). Prints seconds per step (median) and the ratio to
+the quiet step of each; the issue's line is a busy step at most 2.2x the quiet one.
+
     python scripts/bench_train.py --step-variants [--batches 3]
+    python scripts/bench_train.py --busy-neighbour [--batches 6]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from typing import Any
@@ -53,12 +61,18 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (autocast), as the recipe's bf16")
     parser.add_argument("--default-heap", action="store_true", help="keep glibc's defaults (clocktune.heap not used)")
     parser.add_argument("--step-variants", action="store_true", help="time the recipe's step per precision/attention")
+    parser.add_argument(
+        "--busy-neighbour", action="store_true", help="time the recipe's step beside a CPU-bound process"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     if not args.default_heap:
         hold_freed_memory()  # as clocktune.train.sft.main does on a CPU
     if args.step_variants:
         _step_variants_table(args.batches)
+        return
+    if args.busy_neighbour:
+        _busy_neighbour_table(args.batches)
         return
 
     # Timelines with a hidden token each, so the streaming variant really builds and applies a mask.
@@ -228,6 +242,75 @@ def _step_variants_table(steps: int) -> None:
         baseline = baseline or median
         runs = ", ".join(f"{value:.2f}" for value in seconds)
         print(f"| {name} | {attention} | {median:.2f} | {runs} | {loss:.4f} | {baseline / median:.2f}x |")
+
+
+def _busy_neighbour_table(steps: int) -> None:
+    """Times the recipe's step quiet, beside a CPU-bound process at default threads and with the fair share, and
+    quiet again with the fair share; prints a table (see the module docstring)."""
+    import subprocess
+    import sys
+
+    from clocktune.train.cpu_share import FairShare
+
+    config = GeneratorConfig(domains=["smart_home"])
+    rows_per_step = 4
+    timelines = [generate_dialogue(index, 0, config) for index in range(steps * rows_per_step)]
+    trainer, dataset = _recipe_trainer(["--attn_implementation", "sdpa", "--dtype", "float32"], timelines)
+    collator = StreamingCollator(trainer.args.max_length, trainer.processing_class.pad_token_id, pack=False)
+    rows = [collator([dataset[i]]) for i in range(len(dataset))]
+    groups = [rows[i : i + rows_per_step] for i in range(0, len(rows), rows_per_step)]
+    default_threads = torch.get_num_threads()
+
+    trainer.current_gradient_accumulation_steps = rows_per_step
+
+    def step(group: list[dict]) -> float:
+        # One optimizer step's gradient accumulation, as _accumulated_steps runs it, without its warm-up step.
+        labelled = sum(int((micro["labels"][:, 1:] != -100).sum()) for micro in group)
+        started = time.perf_counter()
+        for micro in group:
+            trainer.training_step(trainer.model, dict(micro), num_items_in_batch=labelled)
+        return time.perf_counter() - started
+
+    step(groups[0])  # warm-up
+
+    def timed(name: str, share: FairShare | None) -> tuple[str, list[float], list[int]]:
+        seconds, threads = [], []
+        for index, group in enumerate(groups):
+            threads.append(torch.get_num_threads())
+            seconds.append(step(group))
+            if share is not None and index % 2 == 1:
+                share.adjust()  # as FairShareCallback does every two optimizer steps
+        print(f"{name}: {', '.join(f'{value:.2f}' for value in seconds)} s on {threads} threads", flush=True)
+        return name, seconds, threads
+
+    rows_out = []
+    rows_out.append(timed("quiet", None))
+    quiet = rows_out[0][1]
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(1.0)
+        rows_out.append(timed("one CPU-bound process beside, default threads", None))
+        share = FairShare()
+        share.settle(1.0)
+        rows_out.append(timed("one CPU-bound process beside, fair share", share))
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    time.sleep(1.0)
+    share.settle(1.0)
+    rows_out.append(timed("quiet again, fair share", share))
+    torch.set_num_threads(default_threads)
+
+    baseline = statistics.median(quiet)
+    print(f"the recipe's step (4 one-timeline micro-batches, cached prompt, float32 sdpa), {steps} steps a row")
+    print(f"torch's default threads {default_threads}, cores {len(os.sched_getaffinity(0))}")
+    print("| condition | s/step (median) | the steps | threads | vs quiet |")
+    print("|---|---|---|---|---|")
+    for name, seconds, threads in rows_out:
+        median = statistics.median(seconds)
+        runs = ", ".join(f"{value:.2f}" for value in seconds)
+        used = ", ".join(str(value) for value in threads)
+        print(f"| {name} | {median:.2f} | {runs} | {used} | {median / baseline:.2f}x |")
 
 
 def _shared_prompt_table(timed, timed_micro_batches, batches: int, rows: int, tokens: int) -> None:

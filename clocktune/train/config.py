@@ -145,6 +145,13 @@ class ClockSFTConfig(SFTConfig):
             checkpoint a finished first training is loaded from, so a run started again carries it too.
             `restart`: each round starts a fresh optimizer, whose first updates are full-size whatever their
             gradients' noise (measured: a round of the teacher's data alone then lost accuracy, BENCHMARKS.md).
+
+        > Parameters that control the CPU
+
+        cpu_fair_share (`bool`, *optional*, defaults to `True`):
+            On a CPU, every two steps set torch's thread count to the cores other processes leave
+            (`clocktune.train.cpu_share`): with one other CPU-bound process on two cores, two threads waiting for
+            each other made steps 2-9x slower, one thread 1.7x. No effect on a GPU or where `/proc/stat` is missing.
     """
 
     time_codec: str = field(
@@ -207,6 +214,9 @@ class ClockSFTConfig(SFTConfig):
     on_policy_optimizer: str = field(
         default="continue",
         metadata={"help": "continue: rounds keep the optimizer state; restart: a fresh optimizer each round."},
+    )
+    cpu_fair_share: bool = field(
+        default=True, metadata={"help": "On a CPU, use as many threads as the cores other processes leave."}
     )
 
     # SFTConfig fields whose defaults differ here.
@@ -313,7 +323,7 @@ class ClockSFTConfig(SFTConfig):
 def cpu_has_amx() -> bool:
     """Whether this CPU has AMX tiles, on which bf16 mixed precision pays.
 
-    Measured here (BENCHMARKS.md, "Training step"): with AMX a bf16 matmul ran 7.1x the float32 rate and the closed-loop
+    Measured here (docs/benchmarks-history.md, "Training step"): with AMX a bf16 matmul ran 7.1x the float32 rate and the closed-loop
     benchmark's LoRA step of the embedded model 1.43x; on a CPU with AVX-512 BF16 but no AMX the same step was 1.5x *slower* in
     bf16 than in float32. torch names the check privately (``torch.cpu._is_amx_tile_supported``); a torch without it
     counts as no AMX.

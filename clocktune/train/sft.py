@@ -184,6 +184,11 @@ def main(
         from clocktune.heap import hold_freed_memory
 
         hold_freed_memory()  # each step's activations reuse the last step's memory instead of faulting in new pages
+        if training_args.cpu_fair_share:
+            from clocktune.train.cpu_share import FairShare, FairShareCallback
+
+            if not any(isinstance(callback, FairShareCallback) for callback in callbacks or []):
+                callbacks = [*(callbacks or []), FairShareCallback(FairShare())]  # the caller's own one wins
     model, tokenizer, model_format, new_token_ids = load_model_and_tokenizer(training_args, model_args)
     peft_config = get_peft_config(model_args)
     if peft_config is not None:
