@@ -1,8 +1,12 @@
 """The main job (`make demo`) on the embedded SmolLM2, cut down to a few dialogues and one training step; its
 headline is live accuracy, and its training is bounded by steps, not by the machine's load."""
 
+import contextlib
+import io
 import json
 from pathlib import Path
+
+import pytest
 
 # What issue 4 asks `runs/demo/summary.json` to hold, at least.
 SUMMARY_KEYS = (
@@ -64,37 +68,49 @@ def test_demo_calls_a_machine_busy_only_when_steps_run_slower_than_on_a_quiet_on
     assert "not its scores" in note
 
 
-def test_demo_ends_with_the_runtime_table_and_shows_a_dialogue(tmp_path, capsys):
-    # Issue 5: `make demo` ends with the runtime's table for the model it trained, and its summary goes under `eval`.
+@pytest.fixture(scope="module")
+def played(tmp_path_factory) -> tuple[Path, dict, list[str]]:
+    """One small demo through its runtime step and the sync-teacher model: its folder, summary and printed lines."""
     from clocktune.cli.demo import main
 
-    out = tmp_path / "demo"
+    out = tmp_path_factory.mktemp("played") / "demo"
     argv = ["--out", str(out), "--train-dialogues", "4", "--eval-dialogues", "2", "--max-steps", "1"]
     # The plain argmax: a model of one step writes invalid actions and gives up in seconds, while under the grammar
     # every action is valid and it calls tools until the turn's 60 s limit, minutes of decoding on a CPU.
-    main([*argv, "--runtime-dialogues", "1", "--num-proc", "1", "--no-sync-model", "--no-constrained"])
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        summary = main([*argv, "--runtime-dialogues", "2", "--num-proc", "1", "--no-constrained"])
+    return out, summary, [line for line in buffer.getvalue().splitlines() if line.strip()]
 
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+
+def test_demo_says_its_plan_up_front_and_each_phases_time_as_it_ends(played):
+    _, summary, printed = played
+    assert printed[0].startswith("make demo: 8 phases, about ") and printed[0].endswith("on a quiet 2-core CPU:")
+    done = [line.split("]")[0][1:] for line in printed if line.startswith("[") and "] done in " in line]
+    assert done == list(summary["phase_seconds"]) and len(done) == 8
+    assert summary["demo_seconds"] >= sum(summary["phase_seconds"].values()) > 0
+
+
+def test_demo_ends_with_the_runtime_table_and_shows_a_dialogue(played):
+    # Issue 5: `make demo` ends with the runtime's table for the model it trained, and its summary goes under `eval`.
+    out, _, printed = played
     table = next(i for i, line in enumerate(printed) if line.split()[:3] == ["policy", "accuracy", "p50"])
     assert [line.split()[0] for line in printed[table + 1 : table + 4]] == ["sync", "smollm2", "oracle"]
     # The runtime's table, then the headline: live accuracy first among the lines the demo ends with.
     final = next(i for i, line in enumerate(printed) if line.startswith("live accuracy "))
-    assert printed[final - 1].startswith("bound:") and final - table <= 8 and len(printed) - final <= 5
-    assert "completed" in printed[final] and printed[final + 1].startswith("next-action accuracy")
+    assert final > table and len(printed) - final <= 6
+    assert "completed" in printed[final] and printed[final + 2].startswith("next-action accuracy")
     assert any(line.startswith("timeline 1-") for line in printed[:table])
     written = json.loads((out / "summary.json").read_text())
-    assert written["eval"]["dialogues"] == 1 and written["eval"]["policy"] == "smollm2"
-    assert written["live_accuracy"] == written["eval"]["accuracy"] and written["live_dialogues"] == 1
+    assert written["eval"]["dialogues"] == 2 and written["eval"]["policy"] == "smollm2"
+    assert written["live_accuracy"] == written["eval"]["accuracy"] and written["live_dialogues"] == 2
     assert (out / "timeline.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_demo_plays_the_sync_teacher_model_beside_the_speculative_one_and_checks_the_goal(tmp_path, capsys):
-    from clocktune.cli.demo import SYNC_MODEL, main
+def test_demo_plays_the_sync_teacher_model_beside_the_speculative_one_and_checks_the_goal(played):
+    from clocktune.cli.demo import SYNC_MODEL
 
-    out = tmp_path / "demo"
-    argv = ["--out", str(out), "--train-dialogues", "4", "--eval-dialogues", "2", "--max-steps", "1"]
-    summary = main([*argv, "--runtime-dialogues", "2", "--num-proc", "1", "--no-constrained"])  # as above
-
+    out, summary, printed = played
     sync = summary["sync_model"]
     assert sync["policy"] == SYNC_MODEL and sync["dialogues"] == 2 and sync["baseline"] == "sync"
     assert (Path(sync["checkpoint"]) / "adapter_model.safetensors").exists()
@@ -107,7 +123,6 @@ def test_demo_plays_the_sync_teacher_model_beside_the_speculative_one_and_checks
     assert -1.0 <= low <= goal["accuracy_gap"] <= high <= 1.0
     written = json.loads((out / "summary.json").read_text())
     assert written["sync_model"]["accuracy"] == sync["accuracy"] and written["goal"] == goal
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
     headline = next(i for i, line in enumerate(printed) if line.startswith("live accuracy "))
     assert printed[headline + 1].startswith("the sync-teacher model (the recipe on turn-based dialogues) completed")
     assert ("goal: within 2 points at >= 80%: " + ("met" if goal["met"] else "not met")) in printed[headline + 1]

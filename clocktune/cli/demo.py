@@ -42,10 +42,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 
 from clocktune.atomic import atomic_write_lines
+from clocktune.cli.demo_schedule import QUIET_PHASES, SYNC_PHASES, DemoSchedule, EtaCallback
 from clocktune.clock import PROFILES
+from clocktune.train.cpu_share import FairShare, FairShareCallback
 
 # clocktune/cli/demo.py: the repository root is three levels up.
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -63,7 +66,7 @@ GOAL_ACCURACY_POINTS = 0.02
 GOAL_BOUND_SHARE = 0.8
 # The speculative model's call bias (ModelPolicy.call_bias), chosen on 50 validation dialogues (seed 2, not the
 # held-out seed 1) with scripts/bench_call_bias.py: the recipe's model answered 0.84x -> 1.25x as fast as sync at
-# 0 -> 1.5, completing 22 and 23 of 50 tasks (BENCHMARKS.md, "Speculation bias").
+# 0 -> 1.5, completing 22 and 23 of 50 tasks (docs/benchmarks-history.md, "Speculation bias").
 CALL_BIAS = 1.5
 
 
@@ -112,21 +115,30 @@ class StepTimer(TrainerCallback):
         return self.seconds / self.steps if self.steps else None
 
 
-def pace_note(seconds_per_step: float | None, quiet: float = QUIET_SECONDS_PER_STEP) -> str | None:
-    """What to say about a training pace: nothing on a quiet machine, that it was busy when the steps ran slower.
+def pace_note(
+    seconds_per_step: float | None, share: FairShare | None = None, quiet: float = QUIET_SECONDS_PER_STEP
+) -> str | None:
+    """What to say about a training pace: nothing on a quiet machine, that it was busy when the steps ran slower or
+    other processes took cores.
 
     Args:
         seconds_per_step: Measured mean seconds per step (:class:`StepTimer`), ``None`` when no step ran.
+        share: The demo's fair share of the cores, which saw how many cores other processes kept busy.
         quiet: Seconds per step of the same recipe on a quiet machine.
 
     Returns:
-        The note, or ``None`` when the pace is within ``BUSY_FACTOR`` of ``quiet``.
+        The note, or ``None`` when the pace is within ``BUSY_FACTOR`` of ``quiet`` and no other process took a core.
     """
-    if seconds_per_step is None or seconds_per_step <= quiet * BUSY_FACTOR:
+    others = share.busiest_others if share is not None else 0.0
+    if seconds_per_step is None or (seconds_per_step <= quiet * BUSY_FACTOR and others < 0.5):
         return None
+    took = (
+        f" other processes kept up to {others:.1f} cores busy, and training gave way to them;" if others >= 0.5 else ""
+    )
     return (
-        f"the machine was busy: training ran at {seconds_per_step:.1f} s/step, against ~{quiet:.1f} s/step on a quiet"
-        " 2-core machine (BENCHMARKS.md). That made the demo slower, not its scores different: it trains every step."
+        f"the machine was busy:{took} training ran at {seconds_per_step:.1f} s/step, against ~{quiet:.1f} s/step on a"
+        " quiet 2-core machine (BENCHMARKS.md). That made the demo slower, not its scores different: it trains every"
+        " step."
     )
 
 
@@ -300,20 +312,48 @@ def _recipe(args: argparse.Namespace, data_dir: Path, output_dir: Path, extra: l
     return recipe_parser().parse_args_and_config(["--config", args.recipe, *overrides])
 
 
-def _training_callbacks(args: argparse.Namespace, timer: StepTimer | None = None) -> list[TrainerCallback]:
-    """The callbacks of one of the demo's trainings: its step timer, and the time cap when one is asked for.
+def _training_callbacks(
+    args: argparse.Namespace, share: FairShare | None, timer: StepTimer | None = None
+) -> list[TrainerCallback]:
+    """The callbacks of one of the demo's trainings: its step timer, the fair share of the cores, and the time cap
+    when one is asked for.
 
     Args:
         args: The demo's command line.
+        share: The demo's fair share of the CPU cores (``None`` on a GPU).
         timer: Times the steps (only the speculative model's pace is reported).
 
     Returns:
         The callbacks.
     """
     callbacks: list[TrainerCallback] = [] if timer is None else [timer]
+    if share is not None:
+        callbacks.append(FairShareCallback(share))
     if args.max_train_minutes is not None:
         callbacks.append(TimeBudget(args.max_train_minutes * 60))
     return callbacks
+
+
+def _schedule(args: argparse.Namespace) -> DemoSchedule:
+    """The phases this run of the demo goes through, with their quiet-machine times (``--max-steps`` scales the
+    trainings, ``--runtime-dialogues`` the live evaluations)."""
+    phases = dict(QUIET_PHASES)
+    for name in ("train the model", "train the sync-teacher model"):
+        phases[name] *= args.max_steps / 125  # the recipe's steps
+    for name in ("play it live", "play the sync-teacher model live"):
+        phases[name] *= args.runtime_dialogues / 50
+    if args.runtime_dialogues <= 0 or not args.sync_model:
+        for name in SYNC_PHASES:
+            del phases[name]
+    if args.runtime_dialogues <= 0:
+        del phases["play it live"]
+    return DemoSchedule(phases, QUIET_SECONDS_PER_STEP, args.max_steps)
+
+
+def _settle(share: FairShare | None) -> None:
+    # Before a phase that starts cold: the load of the last second sets the threads it runs on.
+    if share is not None:
+        share.settle(0.5)
 
 
 def _final_lines(summary: dict, args: argparse.Namespace, note: str | None, summary_path: Path) -> list[str]:
@@ -400,8 +440,14 @@ def main(argv: list[str] | None = None) -> dict:
     from data_gen.writer import GenerationJob, run_generation
 
     out = Path(args.out)
+    schedule = _schedule(args)
+    schedule.announce()
+    # On a CPU, as many torch threads as the cores other processes leave: measured between phases and every two
+    # training steps (clocktune.train.cpu_share).
+    share = FairShare() if not torch.cuda.is_available() else None
     config = load_config(args.datagen_config)
     train_dir, eval_dir = out / "data" / "train", out / "data" / "eval"
+    schedule.begin("generate the dialogues")
     stats = run_generation(GenerationJob(config, args.train_dialogues, 0, train_dir), num_proc=args.num_proc)
     eval_job = GenerationJob(held_out_config(config), args.eval_dialogues, 1, eval_dir)
     run_generation(eval_job, num_proc=args.num_proc)
@@ -411,6 +457,7 @@ def main(argv: list[str] | None = None) -> dict:
     print("a held-out dialogue, as the speculative teacher plays it:")
     print(format_timeline(example))
     draw_gantt(example, out / "timeline.png")
+    schedule.end()
 
     live_eval = []
     if args.live_eval_steps > 0:
@@ -419,21 +466,27 @@ def main(argv: list[str] | None = None) -> dict:
         live_eval += ["--live_eval_call_bias", str(args.call_bias)]
     data_args, training_args, model_args = _recipe(args, train_dir, out / "checkpoint", live_eval)
 
+    schedule.begin("score the untrained model")
+    _settle(share)
     model, tokenizer, model_format, _ = load_model_and_tokenizer(training_args, model_args)
     before = evaluate_next_action(model, tokenizer, held_out, model_format).summary()
     del model
+    schedule.end()
 
     # Training is bounded by steps, so that its scores do not depend on the machine's load; a time cap is opt-in.
     timer = StepTimer()
-    start = time.monotonic()
-    callbacks = _training_callbacks(args, timer)
+    schedule.begin("train the model")
+    callbacks = [*_training_callbacks(args, share, timer), EtaCallback(schedule, timer)]
     trainer = train(data_args, training_args, model_args, callbacks=callbacks, backends=make_backend)
-    train_seconds = time.monotonic() - start
+    train_seconds = schedule.end()
+    schedule.begin("score the trained model")
+    _settle(share)
     after_report = evaluate_next_action(trainer.model, tokenizer, held_out, model_format)
     after = after_report.summary()
+    schedule.end()
     # The quiet machine's pace is the default recipe's; another recipe's steps take what they take.
     default_recipe = Path(args.recipe).resolve() == RECIPE.resolve()
-    note = pace_note(timer.seconds_per_step) if default_recipe else None
+    note = pace_note(timer.seconds_per_step, share) if default_recipe else None
     curve = [
         {"step": entry["step"], "live_accuracy": entry["live/accuracy"]}
         for entry in trainer.state.log_history
@@ -484,9 +537,12 @@ def main(argv: list[str] | None = None) -> dict:
     if args.runtime_dialogues > 0:
         # The trained model in the runtime against sync and the oracle: its table, then the headline lines.
         timelines = held_out[: args.runtime_dialogues]
+        schedule.begin("play it live")
+        _settle(share)
         summary["eval"] = _runtime_eval(
             trainer.model, tokenizer, timelines, out / "eval", args.constrained, call_bias=args.call_bias
         )
+        schedule.end()
         summary["live_accuracy"] = summary["eval"]["accuracy"]
         summary["live_dialogues"] = summary["eval"]["dialogues"]
         atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])
@@ -495,15 +551,20 @@ def main(argv: list[str] | None = None) -> dict:
         # The same recipe on the turn-based teacher's dialogues (same tasks, same seed), played on the same held-out
         # tasks: what the speculative model's accuracy is held to, at a speedup the sync model cannot have.
         sync_dir = out / "data" / "train-sync"
+        schedule.begin("generate the turn-based teacher's dialogues")
         sync_job = GenerationJob(replace(config, teacher="sync"), args.train_dialogues, 0, sync_dir)
         run_generation(sync_job, num_proc=args.num_proc)
-        start = time.monotonic()
+        schedule.end()
+        schedule.begin("train the sync-teacher model")
         sync_recipe = _recipe(args, sync_dir, out / "checkpoint-sync")
-        sync_trainer = train(*sync_recipe, callbacks=_training_callbacks(args), backends=make_backend)
-        sync_seconds = round(time.monotonic() - start, 1)
+        sync_trainer = train(*sync_recipe, callbacks=_training_callbacks(args, share), backends=make_backend)
+        sync_seconds = round(schedule.end(), 1)
+        schedule.begin("play the sync-teacher model live")
+        _settle(share)
         sync_eval = _runtime_eval(
             sync_trainer.model, tokenizer, timelines, out / "eval-sync", args.constrained, SYNC_MODEL, False
         )
+        schedule.end()
         summary["sync_model"] = {
             **sync_eval,
             "train_steps": sync_trainer.state.global_step,
@@ -517,6 +578,9 @@ def main(argv: list[str] | None = None) -> dict:
             read_outcomes(out / "eval-sync", SYNC_MODEL),
         )
         atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])
+    summary["demo_seconds"] = round(time.monotonic() - schedule.started, 1)
+    summary["phase_seconds"] = {name: round(seconds, 1) for name, seconds in schedule.done.items()}
+    atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])
     for line in _final_lines(summary, args, note, out / "summary.json"):
         print(line)
     return summary
