@@ -34,7 +34,7 @@ demo: setup
 	$(BIN)/python -m clocktune.cli.demo --out $(OUT)
 
 test: setup bfcl
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile  # two workers, a test file each at a time (module fixtures built once)
 
 lint: setup
 	$(BIN)/ruff check .
