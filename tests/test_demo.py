@@ -88,7 +88,8 @@ def test_demo_says_its_plan_up_front_and_each_phases_time_as_it_ends(played):
     assert printed[0].startswith("make demo: 8 phases, about ") and printed[0].endswith("on a quiet 2-core CPU:")
     done = [line.split("]")[0][1:] for line in printed if line.startswith("[") and "] done in " in line]
     assert done == list(summary["phase_seconds"]) and len(done) == 8
-    assert summary["demo_seconds"] >= sum(summary["phase_seconds"].values()) > 0
+    phases = sum(summary["phase_seconds"].values())
+    assert summary["demo_seconds"] >= phases - 0.05 * len(done) and phases > 0  # each figure rounded to 0.1 s
 
 
 def test_demo_ends_with_the_runtime_table_and_shows_a_dialogue(played):
