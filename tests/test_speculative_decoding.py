@@ -358,16 +358,17 @@ def test_eval_with_a_drafter_writes_decoding_metrics_and_profile_measures_specul
     data = tmp_path / "data.jsonl"
     write_timelines(data, generated[0][:1])
     profile = tmp_path / "profile.yaml"
+    # --no-constrained, here and in eval: an untrained model under the grammar plays each turn to its 60 s limit.
     argv = ["profile", "--model", str(checkpoint), "--context-tokens", "64", "--drafters", "prompt_lookup"]
-    assert main([*argv, "--data", str(data), "--limit", "1", "--draft", "prompt_lookup", "--out", str(profile)]) == 0
+    argv += ["--data", str(data), "--limit", "1", "--draft", "prompt_lookup", "--no-constrained"]
+    assert main([*argv, "--out", str(profile)]) == 0
     costs = load_speculation_costs(str(profile))
     assert costs.verify_ratio[1] == 1.0 and "prompt_lookup" in costs.draft_ratio
-    assert set(costs.decode_tokens_per_s) == {"none", "prompt_lookup"}
+    assert set(costs.decode_tokens_per_s) == {"none", "prompt_lookup"} and "prompt_lookup" in costs.acceptance
     assert load_device_profile(str(profile)).decode_tokens_per_s > 0
     out = tmp_path / "eval"
     argv = ["eval", "--data", str(data), "--model", str(checkpoint), "--policy", "speculative"]
     argv += ["--baseline", "sync", "--baseline-model", "scripted", "--profile", str(profile)]
-    # --no-constrained: an untrained model under the grammar plays each turn to its 60 s limit.
     assert main([*argv, "--draft", "prompt_lookup", "--no-constrained", "--out", str(out)]) == 0
     decoding = json.loads((out / "summary.json").read_text())["decoding"]["policy"]
     assert decoding["drafter"] == "prompt_lookup" and decoding["actions"] > 0

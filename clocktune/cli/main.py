@@ -234,7 +234,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
             timelines = load_timeline_files(args.data)[: args.limit]
             check_domain_code(timelines, args.trust_domain_code)
             backends = session_backends(args.trust_domain_code)
-        costs = measure_speculation(model, tokenizer, args.drafters, args.context_tokens, timelines, backends)
+        costs = measure_speculation(
+            model, tokenizer, args.drafters, args.context_tokens, timelines, backends, constrained=args.constrained
+        )
         if args.draft != "none":
             profile = charge_drafter(profile, costs, args.draft)
     table = Table(title="device profiles: seconds the virtual clock charges")
@@ -514,6 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="none",
         type=draft_name,
         help="charge this drafter's decode rate measured on the --data sessions (default: plain decoding's)",
+    )
+    profile.add_argument(
+        "--constrained",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the --data sessions decode under the grammar of valid actions, as `eval` does (--no-constrained: as"
+        " `eval --no-constrained`; acceptance differs between the two)",
     )
     profile.add_argument(
         "--out", type=output_file, default=None, help="write the profile here as YAML, for `clocktune eval --profile`"

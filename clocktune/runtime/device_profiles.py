@@ -136,6 +136,7 @@ def measure_speculation(
     timelines: list[Timeline] | None = None,
     backends: BackendFactory | None = None,
     progress: Callable[[str], None] | None = print,
+    constrained: bool = True,
 ) -> SpeculationCosts:
     """A profile's speculation section: the cost model's inputs timed on random ids, then (given held-out
     timelines) each drafter's acceptance and action tokens/s on live sessions of the model.
@@ -148,6 +149,7 @@ def measure_speculation(
         timelines: Held-out timelines to play under each drafter (``None``: costs only).
         backends: Their tool backends (``data_gen.backends.make_backend``).
         progress: Prints what was measured (``None``: silent).
+        constrained: The sessions decode under the grammar of valid actions (as the evaluation to be charged will).
 
     Returns:
         The measured section.
@@ -163,7 +165,9 @@ def measure_speculation(
         from clocktune.runtime.speculation_runs import play_drafters
 
         measured = [d for d in drafters if any(k.partition(":")[0] == d.partition(":")[0] for k in costs.draft_ratio)]
-        runs = play_drafters(model, tokenizer, timelines, backends, measured, costs, progress=progress)
+        runs = play_drafters(
+            model, tokenizer, timelines, backends, measured, costs, progress=progress, constrained=constrained
+        )
         acceptance = {run.drafter: round(run.stats.alpha, 4) for run in runs.values() if run.stats.alpha is not None}
         rates = {run.drafter: round(run.tokens_per_s, 2) for run in runs.values()}
         costs = replace(costs, acceptance=acceptance, decode_tokens_per_s=rates)
