@@ -74,7 +74,7 @@ def played(tmp_path_factory) -> tuple[Path, dict, list[str]]:
     from clocktune.cli.demo import main
 
     out = tmp_path_factory.mktemp("played") / "demo"
-    argv = ["--out", str(out), "--train-dialogues", "4", "--eval-dialogues", "2", "--max-steps", "2"]
+    argv = ["--out", str(out), "--train-dialogues", "2", "--eval-dialogues", "2", "--max-steps", "2"]
     argv += ["--max-train-minutes", "0"]  # stops each training after its first step
     # The plain argmax: a model of one step writes invalid actions and gives up in seconds, while under the grammar
     # every action is valid and it calls tools until the turn's 60 s limit, minutes of decoding on a CPU.
