@@ -160,7 +160,7 @@ def _rollout_command(checkpoint: Path, data: Path, out: Path) -> list[str]:
     # what is tested here, the journal, is the same either way.
     return [
         sys.executable, "-m", "clocktune.cli", "rollout", "--model", str(checkpoint), "--data", str(data),
-        "--out", str(out), "--limit", "6", "--no-constrained",
+        "--out", str(out), "--limit", "4", "--no-constrained",
     ]  # fmt: skip
 
 
@@ -168,7 +168,7 @@ def test_a_rollout_killed_mid_way_and_started_again_writes_the_same_data_as_one_
     from data_gen.cli import main as datagen
 
     data, checkpoint = tmp_path / "data", tmp_path / "checkpoint"
-    assert datagen(["generate", "--num", "6", "--seed", "3", "--out", str(data), "--quiet"]) == 0
+    assert datagen(["generate", "--num", "4", "--seed", "3", "--out", str(data), "--quiet"]) == 0
     _tiny_checkpoint(checkpoint)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     whole = tmp_path / "whole"
@@ -178,7 +178,7 @@ def test_a_rollout_killed_mid_way_and_started_again_writes_the_same_data_as_one_
     journal = killed / "journal" / "speculative.jsonl"
     process = subprocess.Popen(_rollout_command(checkpoint, data, killed), env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    while not (journal.exists() and journal.read_bytes().count(b"\n") >= 2) and process.poll() is None:
+    while not (journal.exists() and journal.read_bytes().count(b"\n") >= 1) and process.poll() is None:
         assert time.monotonic() < deadline, "the rollout journaled no session in 5 minutes"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
@@ -186,7 +186,7 @@ def test_a_rollout_killed_mid_way_and_started_again_writes_the_same_data_as_one_
     assert process.returncode == -signal.SIGKILL, "the rollout finished before it could be killed"
     assert not (killed / "data" / "rollouts.jsonl").exists()
     finished = journal.read_bytes().count(b"\n")
-    assert 2 <= finished < 6
+    assert 1 <= finished < 4
     subprocess.run(_rollout_command(checkpoint, data, killed), check=True, env=env, capture_output=True)
 
     assert (killed / "data" / "rollouts.jsonl").read_bytes() == (whole / "data" / "rollouts.jsonl").read_bytes()
