@@ -34,7 +34,7 @@ demo: setup
 	$(BIN)/python -m clocktune.cli.demo --out $(OUT)
 
 test: setup bfcl
-	$(BIN)/python -m pytest -n 2 --dist loadfile  # two workers, a test file each at a time (module fixtures built once)
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder  # two workers, a file each at a time, longest first (conftest)
 
 lint: setup
 	$(BIN)/ruff check .
