@@ -72,6 +72,7 @@ def test_model_policy_context_renders_to_the_ids_fed_and_matches_a_full_forward(
 
 
 def test_sessions_of_one_model_share_the_system_prompt_prefill(generated, tiny_chatml_model):
+    from clocktune.runtime.engine import Engine
     from clocktune.runtime.model_policy import ModelPolicy
 
     model, tokenizer = tiny_chatml_model
@@ -81,22 +82,22 @@ def test_sessions_of_one_model_share_the_system_prompt_prefill(generated, tiny_c
         lambda _, args, kwargs: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True
     )
 
-    def play(timeline, system_caches):
+    def play(timeline, engine):
         fed.clear()
-        policy = ModelPolicy(model, tokenizer, timeline, max_new_tokens=4, system_caches=system_caches)
+        policy = ModelPolicy(model, tokenizer, timeline, max_new_tokens=4, engine=engine)
         probe = ModelProbe(policy, ScriptedPolicy(timeline, "speculative"))
         run_virtual(Session(timeline, probe, SessionConfig(), make_backend(timeline)).run())
         return [logits for _, _, logits in probe.logits], sum(fed), len(policy.system_ids)
 
     try:
-        shared = {}
+        shared = Engine(model)
         play(same_tools[0], shared)  # the first session of the model prefills the system prompt
         alone, fed_alone, system = play(same_tools[1], None)
         together, fed_together, _ = play(same_tools[1], shared)
     finally:
         hook.remove()
     # A later session starts from a copy of that prefill and decides exactly as one that computed its own.
-    assert len(shared) == 1 and fed_together == fed_alone - system > 0
+    assert len(shared.system_prompts) == 1 and fed_together == fed_alone - system > 0
     assert len(alone) == len(together) > 2
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(alone, together, strict=True))
 
@@ -118,7 +119,7 @@ def test_untrained_model_output_gets_notices_not_crashes(generated, tiny_chatml_
         assert result.end_reason in ("gave_up", "done", "timeout") and result.notices <= 4
     assert sum(result.notices for result in run.results) > 0  # random weights write invalid actions
     # A long evaluation must not keep every finished session's KV cache.
-    assert len(policies) == 3 and all(policy.cache is None for policy in policies)
+    assert len(policies) == 3 and all(policy.kv is None for policy in policies)
 
 
 # Scoring and CLI -------------------------------------------------------------------------------------------

@@ -62,8 +62,21 @@ class VirtualClock:
         return run_virtual(main)
 
     async def decide(self, policy: Policy, t: float) -> Decision:
-        """Calls ``policy.act(t)`` in the loop: the clock stands still while it computes."""
-        return policy.act(t)
+        """The policy's action at ``t``; the clock stands still while it computes.
+
+        A policy with a model engine (``batchable``) hands its work to the engine: stepped by a
+        :class:`~clocktune.runtime.session_driver.SessionDriver`, the session's loop is held while the engine
+        batches it with other sessions' work. A failure of that work is the session's own: it becomes an invalid
+        decision (a notice), and the other sessions of the batch go on.
+        """
+        if not getattr(policy, "batchable", False):
+            return policy.act(t)
+        from clocktune.runtime.session_driver import model_work
+
+        result, error = await model_work(policy.engine, policy.engine_session(), policy.act_work(t))
+        if error is not None:
+            return Decision(None, 0, f"the model failed: {type(error).__name__}: {error}")
+        return result
 
     async def charge(self, seconds: float) -> None:
         """Advances the session's time by ``seconds`` (other sessions' timers fire meanwhile)."""

@@ -281,6 +281,8 @@ class ToolExecutor:
                     content = self.backend.execute(call.name, resolved)
                 except ToolError as failure:
                     error = str(failure)
+                except Exception as failure:  # noqa: BLE001 - a broken backend fails this call, not every session
+                    error = f"the backend failed: {type(failure).__name__}: {failure}"
                 if call.side_effect:
                     call.executed = True
         self.dispatches += 1

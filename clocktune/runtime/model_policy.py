@@ -52,7 +52,8 @@ from clocktune.clock import FIRST_WORDS_TOKENS
 from clocktune.render import Renderer
 from clocktune.runtime.action_grammar import CallBook, action_grammar, start_matcher
 from clocktune.runtime.drafters import Draft, Drafter, DraftRequest, call_skeletons
-from clocktune.runtime.incremental import crop_cache, feed, feed_rows
+from clocktune.runtime.engine import Engine, EngineSession, Forward, ModelWork
+from clocktune.runtime.incremental import crop_cache, feed_rows
 from clocktune.runtime.policy import Decision
 from clocktune.runtime.speculative import (
     DraftLength,
@@ -73,8 +74,11 @@ class ModelPolicy:
         timeline: The session's timeline (its tools go in the system prompt).
         name: Name recorded in results.
         max_new_tokens: Longest action the model may write.
-        system_caches: Prefilled caches of system prompts by their ids, shared by the policies of one model (a
-            fresh dict when ``None``).
+        engine: The model engine that runs this policy's forwards, shared by the policies of one model so that
+            their forwards share batches and the system prompt is computed once (a batch-1 engine of its own when
+            ``None``).
+        system_caches: With a drafter, prefilled caches (``DynamicCache``) of system prompts by their ids, shared by the
+            policies of one model (a fresh dict when ``None``).
         constrained: Decode under the grammar of the actions valid now (llguidance); ``False``: plain argmax.
         wrap_up_tokens: With the grammar, tokens allowed past ``max_new_tokens`` to bring an unfinished action to
             a valid end (the best closing token each step) rather than cut it off unparsable.
@@ -102,6 +106,7 @@ class ModelPolicy:
         timeline: Timeline,
         name: str = "model",
         max_new_tokens: int = 128,
+        engine: Engine | None = None,
         system_caches: dict[tuple[int, ...], Any] | None = None,
         constrained: bool = True,
         wrap_up_tokens: int = 48,
@@ -132,7 +137,8 @@ class ModelPolicy:
             if not fmt.call_prefix.strip():
                 raise ValueError(f"call_bias needs a call marker; format {fmt.name!r} writes calls as bare JSON")
             self.call_marker_id = tokenizer.encode(fmt.call_prefix, add_special_tokens=False)[0]
-        self.cache: Any = None
+        self.engine = engine if engine is not None else Engine(model)
+        self.kv: EngineSession | _DynamicCacheStore | None = None  # the session's KV cache, from the first act
         self.system_caches = {} if system_caches is None else system_caches
         self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
         self.last_prompt_logits: torch.Tensor | None = None  # next-token logits at the last decision point
@@ -165,7 +171,9 @@ class ModelPolicy:
         concatenation per token) instead of reusing it: over a 100-dialogue evaluation of two models on CPU,
         resident memory grew by about 50 MB per session to 11.5 GB. ``malloc_trim`` returns it.
         """
-        self.cache = None
+        if self.kv is not None:
+            self.kv.close()
+            self.kv = None
         self.last_prompt_logits = None
         if self.draft_session is not None:
             self.draft_session.close()
@@ -191,26 +199,29 @@ class ModelPolicy:
                 added += len(ids)
         return added
 
-    def _forward(self, ids: list[int], times: list[float], visible_until: list[float]) -> torch.Tensor:
-        from transformers import DynamicCache
-
-        if self.cache is None:
-            self.cache = DynamicCache()
-        return feed(self.model, self.cache, ids, times, visible_until)
-
-    def _start_from_system_prompt(self) -> None:
-        system = self.system_ids
-        cached = self.system_caches.get(system)
-        if cached is None:
-            self._forward(list(system), [0.0] * len(system), [math.inf] * len(system))
-            self.system_caches[system] = copy.deepcopy(self.cache)
+    def _open(self) -> None:
+        # The session's cache, holding the system prompt: in the engine, or (with a drafter) a DynamicCache of its own.
+        if self.drafter is None:
+            self.kv = self.engine.open(self.system_ids)
         else:
-            self.cache = copy.deepcopy(cached)
-        self.fed_ids = list(system)
+            self.kv = _DynamicCacheStore(self.model, self.system_caches, self.system_ids)
+        self.fed_ids = list(self.system_ids)
 
-    @torch.no_grad()
+    def engine_session(self) -> EngineSession:
+        """The session's cache in the engine, opened (holding the system prompt) on first use."""
+        if self.kv is None:
+            self._open()
+        return self.kv
+
+    @property
+    def batchable(self) -> bool:
+        """Whether the engine may run this policy's forwards together with other sessions' (not yet with a
+        drafter: speculative decoding verifies at batch 1, over the session's own cache)."""
+        return self.drafter is None
+
     def act(self, t: float) -> Decision:
-        """Generates the next action at time ``t`` (greedily unless sampling; under the grammar when constrained).
+        """Generates the next action at time ``t`` (greedily unless sampling; under the grammar when constrained),
+        running its forwards alone (batch 1); :meth:`act_work` is the same work for the engine to batch.
 
         With a drafter, each step verifies a draft in one forward; what is emitted is what plain decoding emits.
 
@@ -220,8 +231,27 @@ class ModelPolicy:
         Returns:
             The parsed action and the tokens generated, or the parse error.
         """
-        if self.cache is None:
-            self._start_from_system_prompt()
+        work = self.act_work(t)
+        if self.batchable:
+            if self.kv is None:
+                self._open()
+            return self.engine.run(self.kv, work)
+        try:
+            request = next(work)
+            while True:
+                request = work.send(self.kv.forward(request))
+        except StopIteration as stop:
+            return stop.value
+
+    def act_work(self, t: float) -> ModelWork:
+        """The next action's model work: yields each forward it needs (:class:`~clocktune.runtime.engine.Forward`),
+        receives its logits, and returns the :class:`Decision`.
+
+        Args:
+            t: The session time of the action.
+        """
+        if self.kv is None:
+            self._open()
         rendering = self.renderer.rendering
         kept = len(self.fed_ids)
         pending = rendering.input_ids[kept:]
@@ -230,7 +260,10 @@ class ModelPolicy:
         times = rendering.time[kept:] + [t] * len(prompt)
         max_draft = 2 * self.draft_length.max_gamma if self.draft_length is not None else 0  # forced + drafted
         until = rendering.visible_until + [math.inf] * (len(prompt) + limit + max_draft + 1)
-        logits = self._forward(pending + prompt, times, until)
+        # No `torch.no_grad()` around the yields: grad mode is per thread, and a generator suspended inside it would
+        # switch gradients off for whatever runs meanwhile (a training step beside a live evaluation). The forwards
+        # run under no_grad where they are made (the engine, the cache store, the drafter).
+        logits = (yield Forward(pending + prompt, times, until))[0]
         self.fed_ids += pending
         self.last_prompt_logits = logits
         if self.call_marker_id is not None and not self.calls.heard_final:
@@ -268,13 +301,14 @@ class ModelPolicy:
                     self.draft_length.record(len(draft.tokens) - draft.forced, accepted - draft.forced)
             if finished:
                 break
-            # The cache holds the context and every emitted token but the last (plus rejected drafts: dropped here).
+            # The cache holds the context and every emitted token but the last (plus rejected drafts: dropped).
             cached = len(context) + len(generated) - 1
-            crop_cache(self.cache, cached)
-            draft = self._draft(context, generated, cached, t, until, limit, picker)
+            self.kv.crop(cached)
+            with torch.no_grad():
+                draft = self._draft(context, generated, cached, t, until, limit, picker)
             fed = [generated[-1], *draft.tokens]
             started = time.perf_counter()
-            rows = feed_rows(self.model, self.cache, fed, [t] * len(fed), until, len(fed))
+            rows = yield Forward(fed, [t] * len(fed), until, len(fed))
             elapsed = time.perf_counter() - started
             stats["step_forwards"] += 1
             stats["step_s"] += elapsed
@@ -289,7 +323,7 @@ class ModelPolicy:
         decoding.tokens += len(generated)
         decoding.decode_s += time.perf_counter() - decode_started
         # Prompt and generated tokens leave the cache: the accepted action comes back as canonical ids.
-        crop_cache(self.cache, len(self.fed_ids))
+        self.kv.crop(len(self.fed_ids))
         text = self.tokenizer.decode(generated, skip_special_tokens=False)
         first_words_at = first_words_at or time.monotonic()  # a shorter action is out when it is done
         try:
@@ -320,7 +354,7 @@ class ModelPolicy:
             request = DraftRequest(
                 ids=context + generated + forced,
                 cached=cached,
-                cache=self.cache,
+                cache=self.kv.cache,
                 times=self.renderer.rendering.time,
                 t=t,
                 visible_until=until,
@@ -336,3 +370,35 @@ class ModelPolicy:
             probs += [proposal.prob(index) for index in range(len(proposal.tokens))]
         self.decoding.draft_s += time.perf_counter() - started
         return Draft(tokens, probs, forced=len(forced))
+
+
+class _DynamicCacheStore:
+    """A session's own ``DynamicCache``, for speculative decoding (issue 20's path, at batch 1): a layer-skip drafter
+    grows and crops the first layers of the target's cache itself, which the engine's buffers do not offer yet."""
+
+    def __init__(self, model: Any, system_caches: dict[tuple[int, ...], Any], system_ids: tuple[int, ...]) -> None:
+        from transformers import DynamicCache
+
+        self.model = model
+        cached = system_caches.get(system_ids)
+        if cached is None:
+            self.cache = DynamicCache()
+            count = len(system_ids)
+            with torch.no_grad():
+                feed_rows(model, self.cache, list(system_ids), [0.0] * count, [math.inf] * count, 1)
+            system_caches[system_ids] = copy.deepcopy(self.cache)
+        else:
+            self.cache = copy.deepcopy(cached)
+
+    def forward(self, request: Forward) -> torch.Tensor:
+        """Feeds the request's ids over the cache and returns its rows of logits."""
+        with torch.no_grad():
+            return feed_rows(self.model, self.cache, request.ids, request.times, request.visible_until, request.rows)
+
+    def crop(self, length: int) -> None:
+        """Keeps the first ``length`` tokens of every layer."""
+        crop_cache(self.cache, length)
+
+    def close(self) -> None:
+        """Drops the cache."""
+        self.cache = None

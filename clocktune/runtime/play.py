@@ -1,7 +1,8 @@
 """Playing sessions: every timeline under one policy, on one clock, scored against ground truth.
 
 :func:`run_policy` plays each timeline's user side against a fresh policy and a fresh backend per session
-(concurrently: all at once on the virtual clock), optionally journaling finished sessions so that an interrupted
+(concurrently: on the virtual clock each session on its own time, a model's sessions sharing its engine's forwards,
+``session_driver``), optionally journaling finished sessions so that an interrupted
 run resumes, and returns a :class:`PolicyRun`. Statistics, tables and plots of runs are ``report``'s.
 """
 
@@ -15,10 +16,12 @@ from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
+from clocktune.runtime.clocks import VirtualClock
 from clocktune.runtime.journal import JournalError, RunJournal
 from clocktune.runtime.policy import PolicyFactory
 from clocktune.runtime.scoring import DialogueResult, score_session
 from clocktune.runtime.session import Session, SessionConfig, SessionLog
+from clocktune.runtime.session_driver import SessionDriver
 from clocktune.timeline.events import Timeline
 from clocktune.tools import BackendFactory
 
@@ -83,7 +86,7 @@ class PolicyRun:
         return sum(r.side_effect_violations for r in self.results)
 
 
-async def _play(
+def _play(
     timelines: dict[int, Timeline],
     factory: PolicyFactory,
     backends: BackendFactory,
@@ -92,22 +95,41 @@ async def _play(
     bar: tqdm,
     journal: RunJournal | None,
 ) -> dict[int, SessionLog]:
-    limit = asyncio.Semaphore(concurrency)
+    async def one(timeline: Timeline) -> SessionLog:
+        policy = factory(timeline)
+        try:
+            return await Session(timeline, policy, config, backends(timeline)).run()
+        finally:
+            policy.close()
 
-    async def one(index: int, timeline: Timeline) -> SessionLog:
-        async with limit:
-            policy = factory(timeline)
-            try:
-                log = await Session(timeline, policy, config, backends(timeline)).run()
-            finally:
-                policy.close()
+    def finished(index: int, log: SessionLog) -> None:
         if journal is not None:
             journal.append(index, log)
         bar.update()
-        return log
 
-    logs = await asyncio.gather(*(one(index, timeline) for index, timeline in timelines.items()))
-    return dict(zip(timelines, logs, strict=True))
+    indices = list(timelines)
+    if isinstance(config.clock, VirtualClock):
+        # Each session on its own virtual time; sessions waiting for a model share its forwards (session_driver).
+        driver = SessionDriver(concurrency)
+        try:
+            jobs = [lambda timeline=timelines[index]: one(timeline) for index in indices]
+            logs = driver.run(jobs, lambda position, log: finished(indices[position], log))
+        finally:
+            driver.close()
+        return dict(zip(indices, logs, strict=True))
+
+    async def everyone() -> list[SessionLog]:
+        limit = asyncio.Semaphore(concurrency)
+
+        async def limited(index: int, timeline: Timeline) -> SessionLog:
+            async with limit:
+                log = await one(timeline)
+            finished(index, log)
+            return log
+
+        return await asyncio.gather(*(limited(index, timelines[index]) for index in indices))
+
+    return dict(zip(indices, config.clock.run(everyone()), strict=True))
 
 
 def run_policy(
@@ -129,8 +151,9 @@ def run_policy(
         backends: Builds the tool backend of one session, in the timeline's initial state
             (``data_gen.backends.make_backend`` for generated and imported timelines).
         config: Session config (clock, device profile, injected failures).
-        concurrency: Sessions in flight at once (all of them on the virtual clock; model policies on the wall
-            clock want fewer).
+        concurrency: Sessions in flight at once. On the virtual clock each runs on its own time
+            (:class:`~clocktune.runtime.session_driver.SessionDriver`), and a model's engine batches the forwards of
+            those waiting for it (at most its ``batch_size``); on the wall clock model policies want fewer.
         progress: Show a progress bar of finished sessions (model policies take seconds per session).
         journal: Where finished sessions are recorded; those it already holds are not played again.
 
@@ -147,6 +170,6 @@ def run_policy(
     todo = {index: timeline for index, timeline in enumerate(timelines) if index not in logs}
     with tqdm(total=len(timelines), initial=len(logs), desc=name, unit="session", disable=not progress) as bar:
         if todo:
-            logs.update(config.clock.run(_play(todo, factory, backends, config, concurrency, bar, journal)))
+            logs.update(_play(todo, factory, backends, config, concurrency, bar, journal))
     ordered = [logs[index] for index in range(len(timelines))]
     return PolicyRun(name, [score_session(log, name) for log in ordered], ordered)

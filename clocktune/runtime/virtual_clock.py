@@ -67,7 +67,41 @@ class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):
 
     def __init__(self) -> None:
         self._now = 0.0
+        self._holds = 0
+        self.driver: Any = None  # the SessionDriver stepping this loop, if one is (``session_driver``)
         super().__init__(selector=_VirtualSelector(self))
+
+    def hold(self) -> None:
+        """Stops the clock until :meth:`release`: the session waits for the model, and no time may pass for it
+        meanwhile (callbacks already due still run). Only a loop stepped by :meth:`run_until_blocked` can be held;
+        a loop run by ``run_until_complete`` would have no one to release it."""
+        self._holds += 1
+
+    def release(self) -> None:
+        """Lets the clock move again after :meth:`hold`."""
+        self._holds -= 1
+
+    @property
+    def held(self) -> bool:
+        """Whether the clock stands still for a session waiting on the model."""
+        return self._holds > 0
+
+    def run_until_blocked(self) -> None:
+        """Runs this loop's callbacks and timers, from outside any running loop, until nothing is ready and either
+        the clock is held or no timer is left (its sessions are done, or wait on the model).
+
+        A :class:`~clocktune.runtime.session_driver.SessionDriver` steps many loops this way in one thread, one at a
+        time, so that each session keeps its own virtual time while the model works for several of them at once.
+        """
+        asyncio.events._set_running_loop(self)  # what run_forever sets: get_running_loop() inside the callbacks
+        try:
+            while True:
+                self._drop_cancelled_head()
+                if not self._ready and (self._holds or not self._scheduled):
+                    return
+                self._run_once()
+        finally:
+            asyncio.events._set_running_loop(None)
 
     def time(self) -> float:
         """The virtual time in seconds."""
@@ -125,6 +159,7 @@ class VirtualClockLoop(OrderedTimersMixin, asyncio.SelectorEventLoop):
         self._timer_cancelled_count = 0
         self._timer_sequence = itertools.count()
         self._now = 0.0
+        self._holds = 0
 
     def fast_forward(self, seconds: float) -> bool:
         """Moves the clock ``seconds`` forward at once, from inside a running callback, when a sleep of that long

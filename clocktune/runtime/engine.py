@@ -1,0 +1,368 @@
+"""The model engine: one model, the KV caches of many sessions, and one forward over the tokens every waiting session
+has to feed.
+
+A session's model work is a sequence of forwards: the events it read and an action's prompt at one action boundary
+(a prefill of tens of tokens), then one token at a time (decode), each over that session's own context and under its
+own streaming visibility (docs/design.md §4). At batch 1 every forward reads all the model's weights to compute a few
+rows; with many sessions waiting, the engine packs the new tokens of all of them into one sequence and runs the model
+once, as serving engines batch requests (vLLM's and SGLang's continuous batching; transformers' own
+``generate_batch`` takes no per-request mask and cannot append to a live request, STACK-NOTES.md).
+
+How the packed forward works, on transformers' own model code:
+
+- The linear layers, norms and rotary embeddings are per token, so the new tokens of all sessions go in as one row
+  of ``sum(q_b)`` tokens, each at its own session's position (``position_ids``). Nothing is padded: a decode step
+  beside a 100-token prefill costs one token, not a hundred.
+- Attention is per session. Each session's keys and values live in its own buffers (:class:`EngineSession`); the
+  engine's cache object writes each session's new keys and values there, and the attention function registered as
+  :data:`ATTENTION` runs transformers' own ``sdpa_attention_forward`` once per session, over that session's buffer and
+  under its streaming mask. A token hidden in one session is hidden there and nowhere else, and a session's logits do
+  not depend on which other sessions share its forward (up to float reordering in a matmul of more rows).
+- The system prompt (the tools' schemas, hundreds of tokens, the same for every session of a domain) is computed
+  once per engine and copied into each new session's buffers.
+
+A session's model work is written as a generator of :class:`Forward` requests (``ModelPolicy``): the engine sends
+each request's logits back into it. :meth:`Engine.run` drives one generator alone (batch 1); :meth:`Engine.submit`
+and :meth:`Engine.step` drive many (``runtime.session_driver``), each step running at most ``batch_size`` of the
+waiting requests, oldest first. A generator that raises ends alone: its error goes to its own callback and the rest of
+the batch goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from clocktune.runtime.incremental import streaming_mask
+
+__all__ = ["ATTENTION", "Engine", "EngineSession", "Forward", "ModelWork", "default_batch_size"]
+
+# The name under which the per-session attention is registered with transformers' AttentionInterface.
+ATTENTION = "clocktune_engine"
+
+
+# Sessions per forward by default: on this 2-core CPU live evaluation of the demo's checkpoint gained little past 16
+# (BENCHMARKS.md "Model engine"); a GPU's forward costs about the same up to far larger batches.
+CPU_BATCH_SIZE = 16
+GPU_BATCH_SIZE = 64
+
+
+def default_batch_size(model: Any) -> int:
+    """The engine's batch for ``model`` on its device: :data:`CPU_BATCH_SIZE` on a CPU, else :data:`GPU_BATCH_SIZE`."""
+    return CPU_BATCH_SIZE if next(model.parameters()).device.type == "cpu" else GPU_BATCH_SIZE
+
+
+@dataclass
+class Forward:
+    """One session's next forward: feed ``ids`` at ``times`` over its cache and return the last ``rows`` logits.
+
+    Args:
+        ids: New token ids.
+        times: When each new token is fed (its session's time).
+        visible_until: Until when each token of the session's context, cached or new, may be attended (at least
+            ``length + len(ids)`` entries).
+        rows: How many of the last positions' logits to return (1 for a decode step; γ + 1 to verify a draft).
+    """
+
+    ids: list[int]
+    times: list[float]
+    visible_until: list[float]
+    rows: int = 1
+
+
+# A session's model work: yields forwards, receives their logits ``(rows, vocabulary)``, returns its result.
+ModelWork = Generator[Forward, torch.Tensor, Any]
+
+
+class EngineSession:
+    """One session's KV cache in the engine: per layer, key and value buffers with room to grow.
+
+    Tokens past :attr:`length` are stale (a rejected draft, an action's prompt dropped after the action): they are
+    overwritten by the next forward and never attended, since each new token attends only to positions before it.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.length = 0
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+
+    def crop(self, length: int) -> None:
+        """Keeps the first ``length`` tokens of the cache."""
+        self.length = min(self.length, length)
+
+    def close(self) -> None:
+        """Releases the buffers."""
+        self.keys, self.values, self.length = [], [], 0
+
+    def _reserve(self, total: int, like: torch.Tensor) -> None:
+        # Grown by half again (rounded up to 256 tokens), so that a session of n tokens copies its cache O(log n)
+        # times rather than once per token as concatenation does.
+        capacity = self.keys[0].shape[2] if self.keys else 0
+        if total <= capacity:
+            return
+        grown = max(total, capacity + capacity // 2)
+        grown = -(-grown // 256) * 256
+        _, heads, _, dim = like.shape
+        for index in range(self.engine.layers):
+            for store in (self.keys, self.values):
+                buffer = like.new_empty(1, heads, grown, dim)
+                if capacity:
+                    buffer[:, :, : self.length] = store[index][:, :, : self.length]
+                    store[index] = buffer
+                else:
+                    store.append(buffer)
+
+
+@dataclass
+class _Row:
+    """One session's share of a packed forward."""
+
+    session: EngineSession
+    start: int  # first of its tokens in the packed sequence
+    count: int  # its new tokens
+    past: int  # its cached tokens before them
+    mask: torch.Tensor  # (1, 1, count, past + count), additive
+
+
+class _PackedCache:
+    """The cache transformers' model code sees during a packed forward: it files each session's new keys and values
+    in that session's buffers. Attention reads them from there (:func:`_per_session_attention`)."""
+
+    def __init__(self, rows: list[_Row]) -> None:
+        self.rows = rows
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple:
+        for row in self.rows:
+            end = row.past + row.count
+            row.session.keys[layer_idx][:, :, row.past : end] = keys[:, :, row.start : row.start + row.count]
+            row.session.values[layer_idx][:, :, row.past : end] = values[:, :, row.start : row.start + row.count]
+        return keys, values
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0  # positions are given explicitly; nothing reads this for a packed forward
+
+
+def _per_session_attention(
+    module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: Any, **kwargs: Any
+) -> tuple[torch.Tensor, None]:
+    """Attention of a packed forward: transformers' sdpa per session, over its own buffer and mask."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    rows: list[_Row] | None = kwargs.pop("engine_rows", None)
+    if rows is None:  # a forward that is not the engine's (training, a drafter): plain sdpa
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    layer = module.layer_idx
+    outputs = []
+    for row in rows:
+        end = row.past + row.count
+        output, _ = sdpa_attention_forward(
+            module,
+            query[:, :, row.start : row.start + row.count],
+            row.session.keys[layer][:, :, :end],
+            row.session.values[layer][:, :, :end],
+            row.mask,
+            **kwargs,
+        )
+        outputs.append(output)  # (1, count, heads, dim)
+    return torch.cat(outputs, dim=1), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, _per_session_attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # forwards that are not the engine's build sdpa's masks
+
+
+@dataclass
+class _Waiting:
+    session: EngineSession
+    work: ModelWork
+    request: Forward
+    done: Callable[[Any, BaseException | None], None]
+
+
+@dataclass
+class EngineStats:
+    """What the engine did: forwards run, sessions' forwards served, tokens fed, and seconds in forwards."""
+
+    forwards: int = 0
+    rows: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    batch_sizes: dict[int, int] = field(default_factory=dict)
+
+
+class Engine:
+    """Owns a model and the KV caches of its sessions, and runs their forwards, many at once.
+
+    Args:
+        model: A causal LM in eval mode whose attention is sdpa-compatible (Llama, Qwen2 and the other
+            ``AttentionInterface`` models of transformers).
+        batch_size: Most sessions' forwards in one packed forward.
+    """
+
+    def __init__(self, model: Any, batch_size: int = 1) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        _register_attention()
+        self.model = model
+        self.batch_size = batch_size
+        self.layers = model.config.num_hidden_layers
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.system_prompts: dict[tuple[int, ...], EngineSession] = {}
+        self.waiting: deque[_Waiting] = deque()
+        self.stats = EngineStats()
+
+    # Sessions -------------------------------------------------------------------------------------------------
+
+    def open(self, system_ids: tuple[int, ...]) -> EngineSession:
+        """A new session whose cache holds the system prompt ``system_ids`` (computed once per engine, then copied).
+
+        Args:
+            system_ids: The rendered system prompt, fed at time 0 and visible for ever.
+
+        Returns:
+            The session, ``length == len(system_ids)``.
+        """
+        prefix = self.system_prompts.get(system_ids)
+        if prefix is None:
+            prefix = EngineSession(self)
+            count = len(system_ids)
+            self.forward([(prefix, Forward(list(system_ids), [0.0] * count, [math.inf] * count))])
+            self.system_prompts[system_ids] = prefix
+        session = EngineSession(self)
+        if prefix.length:
+            session._reserve(prefix.length, prefix.keys[0])
+            for index in range(self.layers):
+                session.keys[index][:, :, : prefix.length] = prefix.keys[index][:, :, : prefix.length]
+                session.values[index][:, :, : prefix.length] = prefix.values[index][:, :, : prefix.length]
+        session.length = prefix.length
+        return session
+
+    # Forwards -------------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def forward(self, batch: list[tuple[EngineSession, Forward]]) -> list[torch.Tensor]:
+        """Runs the forwards of several sessions as one packed forward.
+
+        Args:
+            batch: ``(session, request)`` pairs, one per session.
+
+        Returns:
+            Each request's logits, ``(rows, vocabulary)``, in order; every session's cache grown by its ids.
+        """
+        import time
+
+        started = time.perf_counter()
+        rows: list[_Row] = []
+        ids: list[int] = []
+        positions: list[int] = []
+        keep: list[int] = []
+        for session, request in batch:
+            count = len(request.ids)
+            if count == 0 or not 1 <= request.rows <= count:
+                raise ValueError(f"a forward needs ids and 1..{count} rows of logits, got {count} ids, {request.rows}")
+            past = session.length
+            mask = streaming_mask(past, request.times, request.visible_until, self.dtype, self.device)
+            rows.append(_Row(session, len(ids), count, past, mask))
+            keep.extend(range(len(ids) + count - request.rows, len(ids) + count))
+            ids.extend(request.ids)
+            positions.extend(range(past, past + count))
+        like = self._kv_like()
+        for row in rows:
+            row.session._reserve(row.past + row.count, like)
+        config = self.model.config
+        previous = config._attn_implementation
+        config._attn_implementation = ATTENTION  # for this forward only: the model may be training between them
+        try:
+            output = self._packed(ids, positions, keep, rows)
+        finally:
+            config._attn_implementation = previous
+        logits = output.logits[0]
+        results = []
+        offset = 0
+        for row, (_, request) in zip(rows, batch, strict=True):
+            results.append(logits[offset : offset + request.rows])
+            offset += request.rows
+            row.session.length = row.past + row.count
+        stats = self.stats
+        stats.forwards += 1
+        stats.rows += len(batch)
+        stats.tokens += len(ids)
+        stats.seconds += time.perf_counter() - started
+        stats.batch_sizes[len(batch)] = stats.batch_sizes.get(len(batch), 0) + 1
+        return results
+
+    def _packed(self, ids: list[int], positions: list[int], keep: list[int], rows: list[_Row]) -> Any:
+        return self.model(
+            input_ids=torch.tensor([ids], device=self.device),
+            # A 4D mask is passed through by transformers' mask code untouched; the real masks are per session.
+            attention_mask=torch.zeros(1, 1, 1, 1, dtype=self.dtype, device=self.device),
+            position_ids=torch.tensor([positions], device=self.device),
+            cache=_PackedCache(rows),
+            use_cache=True,
+            logits_to_keep=torch.tensor(keep, device=self.device),
+            engine_rows=rows,
+        )
+
+    def _kv_like(self) -> torch.Tensor:
+        # The shape of one token's keys in one layer, (1, kv_heads, 1, head_dim), read off the config.
+        config = self.model.config
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return torch.empty(1, heads, 1, dim, dtype=self.dtype, device=self.device)
+
+    # Driving generators ---------------------------------------------------------------------------------------
+
+    def run(self, session: EngineSession, work: ModelWork) -> Any:
+        """Drives one session's model work alone (batch 1) and returns its result."""
+        try:
+            request = next(work)
+            while True:
+                request = work.send(self.forward([(session, request)])[0])
+        except StopIteration as stop:
+            return stop.value
+
+    def submit(self, session: EngineSession, work: ModelWork, done: Callable[[Any, BaseException | None], None]):
+        """Queues a session's model work; :meth:`step` runs it with the others' and calls ``done(result, error)``
+        when it returns or raises."""
+        try:
+            request = next(work)
+        except StopIteration as stop:
+            done(stop.value, None)
+            return
+        except Exception as error:  # noqa: BLE001 - it ends this session's work alone
+            done(None, error)
+            return
+        self.waiting.append(_Waiting(session, work, request, done))
+
+    def step(self) -> int:
+        """Runs one packed forward of the oldest ``batch_size`` waiting requests and moves each one's work on.
+
+        Returns:
+            How many sessions' forwards ran (0 when none was waiting).
+        """
+        batch = [self.waiting.popleft() for _ in range(min(self.batch_size, len(self.waiting)))]
+        if not batch:
+            return 0
+        results = self.forward([(item.session, item.request) for item in batch])
+        for item, logits in zip(batch, results, strict=True):
+            try:
+                item.request = item.work.send(logits)
+            except StopIteration as stop:
+                item.done(stop.value, None)
+                continue
+            except Exception as error:  # noqa: BLE001 - one session's failure is its own
+                item.done(None, error)
+                continue
+            self.waiting.append(item)
+        return len(batch)
