@@ -132,8 +132,10 @@ def test_a_round_with_takeover_hands_every_session_the_untrained_model_gets_wron
 def test_a_run_stopped_in_its_rollout_and_started_again_resumes_it_and_writes_the_same_data(setup, whole):
     root, model_dir, data = setup
     out = root / "stopped"
+    # One session at a time, so that the stop falls after exactly two sessions ended; the run started again plays
+    # the rest at the default batch size, and its data is still the run's that went through.
     with pytest.raises(Stop):
-        train(model_dir, data, out, Backends(stop_after=2), Probe())
+        train(model_dir, data, out, Backends(stop_after=2), Probe(), "--runtime_batch_size", "1")
     assert len((out / "round-1" / "rollout" / "journal" / "student.jsonl").read_text().splitlines()) == 2
 
     backends, probe = Backends(), Probe()

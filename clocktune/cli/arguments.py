@@ -18,6 +18,7 @@ import yaml
 
 __all__ = [
     "EXPECTED_ERRORS",
+    "add_batch_size_flag",
     "add_trust_flag",
     "check_out_apart",
     "describe_error",
@@ -159,6 +160,17 @@ def check_out_apart(out: str, inputs: str | list[str] | None, flag: str) -> None
                 f"argument --out: {out} {where} the input folder {name} ({flag}): what the command writes would "
                 "mix with its input; choose a folder outside it"
             )
+
+
+def add_batch_size_flag(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--batch-size`` to a command that plays sessions of a checkpoint through the model engine."""
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        help="sessions whose forwards the model engine runs as one (default: 16 on a CPU, 64 on a GPU); the"
+        " sessions' logs are the same at any batch size",
+    )
 
 
 def add_trust_flag(parser: argparse.ArgumentParser) -> None:

@@ -46,7 +46,8 @@ import torch
 from transformers import TrainerCallback
 
 from clocktune.atomic import atomic_write_lines
-from clocktune.cli.demo_schedule import QUIET_PHASES, SYNC_PHASES, DemoSchedule, EtaCallback
+from clocktune.cli.arguments import add_batch_size_flag
+from clocktune.cli.demo_schedule import QUIET_PHASES, SYNC_PHASES, DemoSchedule, EtaCallback, StepTimer, TimeBudget
 from clocktune.clock import PROFILES
 from clocktune.train.cpu_share import FairShare, FairShareCallback
 
@@ -68,51 +69,6 @@ GOAL_BOUND_SHARE = 0.8
 # held-out seed 1) with scripts/bench_call_bias.py: the recipe's model answered 0.84x -> 1.25x as fast as sync at
 # 0 -> 1.5, completing 22 and 23 of 50 tasks (docs/benchmarks-history.md, "Speculation bias").
 CALL_BIAS = 1.5
-
-
-class TimeBudget(TrainerCallback):
-    """Stops training once ``seconds`` have passed (after the step in progress): the opt-in cap of
-    ``--max-train-minutes``. A cut-short run never anneals its learning rate, so its scores are below the recipe's.
-
-    Args:
-        seconds: The budget.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.start = time.monotonic()
-
-    def on_train_begin(self, args, state, control, **kwargs) -> None:
-        self.start = time.monotonic()
-
-    def on_step_end(self, args, state, control, **kwargs) -> None:
-        if time.monotonic() - self.start > self.seconds:
-            control.should_training_stop = True
-            control.should_save = True
-
-
-class StepTimer(TrainerCallback):
-    """Adds up the time spent inside optimizer steps (``on_step_begin`` to ``on_step_end``): the training pace
-    without model loading, checkpoints or live evaluation, which run between steps."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.steps = 0
-        self._began: float | None = None
-
-    def on_step_begin(self, args, state, control, **kwargs) -> None:
-        self._began = time.monotonic()
-
-    def on_step_end(self, args, state, control, **kwargs) -> None:
-        if self._began is not None:
-            self.seconds += time.monotonic() - self._began
-            self.steps += 1
-            self._began = None
-
-    @property
-    def seconds_per_step(self) -> float | None:
-        """Mean seconds per timed step; ``None`` before the first."""
-        return self.seconds / self.steps if self.steps else None
 
 
 def pace_note(
@@ -188,6 +144,7 @@ def _runtime_eval(
     name: str = "smollm2",
     bound: bool = True,
     call_bias: float = 0.0,
+    batch_size: int | None = None,
 ) -> dict:
     """Runs a trained model as a live policy against the scripted sync baseline (and the oracle, for the bound).
 
@@ -200,6 +157,7 @@ def _runtime_eval(
         name: The model's name in the table and the report.
         bound: Whether to play the oracle too, for ``bound_speedup_p50``.
         call_bias: The model's bias toward calling while the user speaks (``ModelPolicy``).
+        batch_size: Sessions per forward of the model engine (``None``: the device's default).
 
     Returns:
         The runtime's summary (``compare_policies``) with ``runtime_seconds``.
@@ -221,7 +179,9 @@ def _runtime_eval(
         timelines,
         PolicySpec(
             name,
-            policy_factory(name, loaded=(network, tokenizer), constrained=constrained, call_bias=call_bias),
+            policy_factory(
+                name, loaded=(network, tokenizer), constrained=constrained, call_bias=call_bias, batch_size=batch_size
+            ),
             f"model:demo:{name}:call_bias={call_bias:g}",
         ),
         policy_spec("sync"),
@@ -272,6 +232,7 @@ def make_parser() -> argparse.ArgumentParser:
         f" default {CALL_BIAS:g}, chosen on validation dialogues; 0: the model's own timing); the sync-teacher model"
         " plays without one",
     )
+    add_batch_size_flag(parser)
     parser.add_argument(
         "--runtime-dialogues", type=int, default=50, help="held-out dialogues run in the runtime (0: skip)"
     )
@@ -464,6 +425,8 @@ def main(argv: list[str] | None = None) -> dict:
         live_eval += ["--live_eval_steps", str(args.live_eval_steps), "--live_eval_data", str(eval_dir / "data")]
         live_eval += ["--live_eval_sessions", str(args.live_eval_sessions), "--live_eval_profile", PROFILE]
         live_eval += ["--live_eval_call_bias", str(args.call_bias)]
+        if args.batch_size is not None:
+            live_eval += ["--runtime_batch_size", str(args.batch_size)]
     data_args, training_args, model_args = _recipe(args, train_dir, out / "checkpoint", live_eval)
 
     schedule.begin("score the untrained model")
@@ -540,7 +503,13 @@ def main(argv: list[str] | None = None) -> dict:
         schedule.begin("play it live")
         _settle(share)
         summary["eval"] = _runtime_eval(
-            trainer.model, tokenizer, timelines, out / "eval", args.constrained, call_bias=args.call_bias
+            trainer.model,
+            tokenizer,
+            timelines,
+            out / "eval",
+            args.constrained,
+            call_bias=args.call_bias,
+            batch_size=args.batch_size,
         )
         schedule.end()
         summary["live_accuracy"] = summary["eval"]["accuracy"]
@@ -562,7 +531,14 @@ def main(argv: list[str] | None = None) -> dict:
         schedule.begin("play the sync-teacher model live")
         _settle(share)
         sync_eval = _runtime_eval(
-            sync_trainer.model, tokenizer, timelines, out / "eval-sync", args.constrained, SYNC_MODEL, False
+            sync_trainer.model,
+            tokenizer,
+            timelines,
+            out / "eval-sync",
+            args.constrained,
+            SYNC_MODEL,
+            False,
+            batch_size=args.batch_size,
         )
         schedule.end()
         summary["sync_model"] = {

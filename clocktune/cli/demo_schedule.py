@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainerCallback
 
-__all__ = ["QUIET_PHASES", "SYNC_PHASES", "DemoSchedule", "EtaCallback", "format_duration"]
+__all__ = ["QUIET_PHASES", "SYNC_PHASES", "DemoSchedule", "EtaCallback", "StepTimer", "TimeBudget", "format_duration"]
 
 # The demo's phases, in order, and their seconds on a quiet 2-core machine (BENCHMARKS.md, `make demo` of
 # 2026-12-03: trainings 857-882 s and 974-1,008 s, live evaluations 213-228 s). The data and the teacher-forced scores
@@ -169,3 +169,48 @@ class EtaCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs) -> None:
         if self.estimated is None and self.timer.steps >= self.after_steps:
             self.estimated = self.schedule.estimate(state.global_step, self.timer.seconds_per_step)
+
+
+class TimeBudget(TrainerCallback):
+    """Stops training once ``seconds`` have passed (after the step in progress): the opt-in cap of
+    ``--max-train-minutes``. A cut-short run never anneals its learning rate, so its scores are below the recipe's.
+
+    Args:
+        seconds: The budget.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.start = time.monotonic()
+
+    def on_train_begin(self, args, state, control, **kwargs) -> None:
+        self.start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if time.monotonic() - self.start > self.seconds:
+            control.should_training_stop = True
+            control.should_save = True
+
+
+class StepTimer(TrainerCallback):
+    """Adds up the time spent inside optimizer steps (``on_step_begin`` to ``on_step_end``): the training pace
+    without model loading, checkpoints or live evaluation, which run between steps."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.steps = 0
+        self._began: float | None = None
+
+    def on_step_begin(self, args, state, control, **kwargs) -> None:
+        self._began = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        if self._began is not None:
+            self.seconds += time.monotonic() - self._began
+            self.steps += 1
+            self._began = None
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        """Mean seconds per timed step; ``None`` before the first."""
+        return self.seconds / self.steps if self.steps else None

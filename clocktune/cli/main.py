@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from clocktune.cli.arguments import (
+    add_batch_size_flag,
     add_trust_flag,
     check_out_apart,
     draft_name,
@@ -310,6 +311,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.draft,
         costs,
         call_bias=args.call_bias,
+        batch_size=args.batch_size,
     )
     baseline = policy_spec(
         args.baseline,
@@ -319,6 +321,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.constrained,
         args.baseline_draft,
         costs,
+        batch_size=args.batch_size,
     )
     compare_policies(
         timelines,
@@ -342,6 +345,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "draft": args.draft,
             "baseline_draft": args.baseline_draft,
             "call_bias": args.call_bias,
+            "batch_size": args.batch_size,
         },
     )
     add_decoding_summary(Path(args.out) / "summary.json", {"policy": policy.factory, "baseline": baseline.factory})
@@ -489,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="added to the call marker's logit at a checkpoint's first action token while the user speaks: calls"
         " sooner, faster answers, more wrong guesses (default 0; BENCHMARKS.md, 'Speculation bias')",
     )
+    add_batch_size_flag(evaluate)
     add_trust_flag(evaluate)
     evaluate.set_defaults(func=cmd_eval)
 

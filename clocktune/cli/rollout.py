@@ -11,7 +11,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clocktune.cli.arguments import add_trust_flag, check_out_apart, draft_name, output_folder, positive_int
+from clocktune.cli.arguments import (
+    add_batch_size_flag,
+    add_trust_flag,
+    check_out_apart,
+    draft_name,
+    output_folder,
+    positive_int,
+)
 from clocktune.clock import PROFILES
 
 __all__ = ["add_rollout_parser", "cmd_rollout"]
@@ -48,6 +55,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         constrained=args.constrained,
         draft=args.draft,
         costs=load_speculation_costs(args.profile),
+        batch_size=args.batch_size,
     )
     session_config = SessionConfig(device=load_device_profile(args.profile))
     settings = {
@@ -60,7 +68,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "profile": args.profile,
         "constrained": args.constrained,
         "draft": args.draft,
-    }
+    }  # not the batch size: the sessions are the same at any
     summary = rollout(
         timelines,
         student,
@@ -123,5 +131,6 @@ def add_rollout_parser(sub: argparse._SubParsersAction) -> None:
         help="the student's drafter for speculative decoding (lossless: the same data, sooner): none, "
         "prompt_lookup[:N], layer_skip[:N], int8, int4, auto",
     )
+    add_batch_size_flag(rollout)
     add_trust_flag(rollout)
     rollout.set_defaults(func=cmd_rollout)

@@ -86,6 +86,7 @@ def policy_factory(
     costs: SpeculationCosts | None = None,
     temperature: float = 0.0,
     call_bias: float = 0.0,
+    batch_size: int | None = None,
 ) -> PolicyFactory:
     """A factory of fresh per-session policies.
 
@@ -109,7 +110,8 @@ def policy_factory(
 
     Returns:
         ``factory(timeline) -> policy``; a checkpoint's carries ``decoding``, the decoding metrics of its
-        sessions (:class:`~clocktune.runtime.speculative.SpeculationStats`).
+        sessions (:class:`~clocktune.runtime.speculative.SpeculationStats`), and ``engine``, the
+        :class:`~clocktune.runtime.engine.Engine` its sessions share.
 
     Raises:
         ValueError: For an unknown scripted strategy, or an endpoint URL that would expose the key.
@@ -130,11 +132,15 @@ def policy_factory(
 
         return scripted
     from clocktune.runtime.drafters import resolve_drafter
+    from clocktune.runtime.engine import Engine, default_batch_size
     from clocktune.runtime.model_policy import ModelPolicy
     from clocktune.runtime.speculative import SpeculationStats
 
     network, tokenizer = loaded if loaded is not None else load_policy_model(model)
-    system_caches: dict = {}  # the sessions of this model share the prefill of each system prompt
+    system_caches: dict = {}  # with a drafter, the sessions of this model share the prefill of each system prompt
+    engine = Engine(
+        network, batch_size or default_batch_size(network)
+    )  # without one, they share the engine: batches and system prompts
     drafter, costs = resolve_drafter(draft, network, costs)
     # Shared by the sessions: the metrics of the run, and the acceptance a new session starts from.
     decoding = SpeculationStats(drafter.name if drafter is not None else "none")
@@ -145,6 +151,7 @@ def policy_factory(
             tokenizer,
             timeline,
             name=strategy,
+            engine=engine,
             system_caches=system_caches,
             constrained=constrained,
             drafter=drafter,
@@ -155,6 +162,7 @@ def policy_factory(
         )
 
     from_model.decoding = decoding  # type: ignore[attr-defined]  # read by `clocktune eval` for its summary
+    from_model.engine = engine  # type: ignore[attr-defined]  # its stats, for benchmarks
     return from_model
 
 
@@ -167,6 +175,7 @@ def policy_spec(
     draft: str = "none",
     costs: SpeculationCosts | None = None,
     call_bias: float = 0.0,
+    batch_size: int | None = None,
 ) -> PolicySpec:
     """A policy as ``clocktune eval`` names it: :func:`policy_factory` with the name and key an evaluation needs.
 
@@ -179,6 +188,7 @@ def policy_spec(
         draft: See :func:`policy_factory`.
         costs: See :func:`policy_factory`.
         call_bias: See :func:`policy_factory`.
+        batch_size: See :func:`policy_factory`.
 
     Returns:
         The spec; its key is ``scripted:STRATEGY`` for a recorded plan, else ``MODEL:STRATEGY`` (with
@@ -204,6 +214,7 @@ def policy_spec(
         draft if is_checkpoint(model) else "none",
         costs,
         call_bias=bias,
+        batch_size=batch_size,
     )
     return PolicySpec(strategy, factory, key)
 

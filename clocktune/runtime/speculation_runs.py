@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clocktune.runtime.drafters import resolve_drafter
+from clocktune.runtime.engine import Engine
 from clocktune.runtime.model_policy import ModelPolicy
 from clocktune.runtime.play import PolicyRun, run_policy
 from clocktune.runtime.session import SessionConfig
@@ -86,6 +87,7 @@ def _factory(
     costs: SpeculationCosts | None,
     stats: SpeculationStats,
     system_caches: dict,
+    engine: Engine,
     actions: list[list[list[int]]],
     policy_options: dict[str, Any],
 ) -> Callable[[Timeline], _Recording]:
@@ -96,6 +98,7 @@ def _factory(
             tokenizer,
             timeline,
             name="model",
+            engine=engine,
             system_caches=system_caches,
             drafter=drafter,
             costs=costs,
@@ -139,7 +142,8 @@ def play_drafters(
         The runs by drafter name (``none`` first, when played).
     """
     config = config or SessionConfig()
-    system_caches: dict = {}
+    system_caches: dict = {}  # the drafters' sessions, each over a cache of its own
+    engine = Engine(model)  # plain decoding's sessions, at batch 1 (one session at a time)
     runs: dict[str, DrafterRun] = {}
     makers: dict[str, Callable[[Timeline], _Recording]] = {}
     if always:
@@ -149,7 +153,7 @@ def play_drafters(
         resolved = drafter.name if drafter is not None else "none"
         run = runs[name] = DrafterRun(name, resolved, SpeculationStats(resolved))
         makers[name] = _factory(
-            model, tokenizer, drafter, drafter_costs, run.stats, system_caches, run.actions, policy_options
+            model, tokenizer, drafter, drafter_costs, run.stats, system_caches, engine, run.actions, policy_options
         )
     for index, timeline in enumerate(timelines):
         for name, run in runs.items():

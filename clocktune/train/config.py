@@ -110,6 +110,10 @@ class ClockSFTConfig(SFTConfig):
         live_eval_call_bias (`float`, *optional*, defaults to `0.0`):
             Added to the call marker's logit at an action's first token while the user speaks, in live evaluation
             (`ModelPolicy.call_bias`; docs/design.md §5): evaluate at the operating point the model will serve at.
+        runtime_batch_size (`int`, *optional*):
+            Sessions whose forwards the model engine runs as one in live evaluation and on-policy rollouts
+            (`clocktune.runtime.engine`; sessions' logs do not depend on it). Defaults to the device's
+            (`engine.default_batch_size`).
 
         > Parameters that control on-policy rounds
 
@@ -192,6 +196,10 @@ class ClockSFTConfig(SFTConfig):
     live_eval_call_bias: float = field(
         default=0.0, metadata={"help": "Live evaluation's bias toward calling while the user speaks (0: none)."}
     )
+    runtime_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "Sessions per model forward in live evaluation and rollouts; None: the device's default."},
+    )
     on_policy_rounds: int = field(
         default=0, metadata={"help": "On-policy rounds (rollout, labels, more training) after the first; 0: off."}
     )
@@ -273,6 +281,8 @@ class ClockSFTConfig(SFTConfig):
             raise ValueError(
                 f"live_eval_steps must be at least 0 (0 turns live evaluation off), got {self.live_eval_steps}"
             )
+        if self.runtime_batch_size is not None and self.runtime_batch_size < 1:
+            raise ValueError(f"runtime_batch_size must be at least 1 (or unset), got {self.runtime_batch_size}")
         if self.live_eval_sessions < 1:
             raise ValueError(f"live_eval_sessions must be at least 1, got {self.live_eval_sessions}")
         if self.live_eval_steps == 0:

@@ -110,6 +110,7 @@ class LiveEvalCallback(TrainerCallback):
         name: Name of the policy in the results.
         constrained: Decode under the grammar of valid actions (``constrained_decoding``); ``False``: plain argmax.
         call_bias: The model's bias toward calling while the user speaks (``live_eval_call_bias``).
+        batch_size: Sessions per model forward (``runtime_batch_size``; ``None``: the device's default).
 
     Raises:
         ValueError: When ``every_steps`` is below 1 or there is no timeline.
@@ -125,12 +126,14 @@ class LiveEvalCallback(TrainerCallback):
         name: str = "live",
         constrained: bool = True,
         call_bias: float = 0.0,
+        batch_size: int | None = None,
     ) -> None:
         if every_steps < 1:
             raise ValueError(f"every_steps must be at least 1, got {every_steps}")
         if not timelines:
             raise ValueError("live evaluation needs at least one held-out timeline")
         self.trainer = trainer
+        self.batch_size = batch_size
         self.timelines = list(timelines)
         self.backends = backends
         self.every_steps = every_steps
@@ -160,7 +163,11 @@ class LiveEvalCallback(TrainerCallback):
             with torch.random.fork_rng(devices=devices), torch.no_grad():
                 loaded = (model, self.trainer.processing_class)
                 factory = policy_factory(
-                    self.name, loaded=loaded, constrained=self.constrained, call_bias=self.call_bias
+                    self.name,
+                    loaded=loaded,
+                    constrained=self.constrained,
+                    call_bias=self.call_bias,
+                    batch_size=self.batch_size,
                 )
                 run = run_policy(self.name, self.timelines, factory, self.backends, SessionConfig(device=self.device))
         finally:

@@ -377,7 +377,13 @@ def _play_round(
     try:
         # As in live evaluation: what the runtime draws must not shift the random state of the training after it.
         with torch.random.fork_rng(devices=devices), torch.no_grad():
-            student = policy_spec(STUDENT, source, loaded=(model, tokenizer), constrained=args.constrained_decoding)
+            student = policy_spec(
+                STUDENT,
+                source,
+                loaded=(model, tokenizer),
+                constrained=args.constrained_decoding,
+                batch_size=args.runtime_batch_size,
+            )
             session_config = SessionConfig(device=inputs.device)
             return rollout(
                 tasks,

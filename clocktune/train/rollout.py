@@ -305,7 +305,10 @@ def rollout(
     (out / "data").mkdir(exist_ok=True)
     journal = RunJournal(out / "journal" / f"{student.name}.jsonl")
     factory = takeover_factory(student.factory, experts) if takeover else student.factory
-    run = run_policy(student.name, timelines, factory, backends, config, 1, progress, journal)
+    # As many sessions at once as the student's engine batches (a takeover's expert does not go through it).
+    engine = getattr(student.factory, "engine", None)
+    width = engine.batch_size if engine is not None and not takeover else 1
+    run = run_policy(student.name, timelines, factory, backends, config, width, progress, journal)
     examples: list[Timeline] = []
     decisions = agreed = completed = taken_over = 0
     labels: Counter = Counter()

@@ -224,6 +224,7 @@ def main(
             device,
             constrained=training_args.constrained_decoding,
             call_bias=training_args.live_eval_call_bias,
+            batch_size=training_args.runtime_batch_size,
         )
         trainer.add_callback(callback)
     # The base and the data as the recipe names them: a checkpoint records only the path its base came from.
