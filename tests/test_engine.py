@@ -137,7 +137,9 @@ def test_a_backend_that_raises_fails_its_call_and_no_other_session(generated):
         if log.timeline.id == broken:
             # The first call fails with the backend's error; calls that needed its result fail because it did.
             assert errors and "the backend failed: KeyError" in errors[0]
-            assert all("the backend failed: KeyError" in error or "failed or was cancelled" in error for error in errors)
+            assert all(
+                "the backend failed: KeyError" in error or "failed or was cancelled" in error for error in errors
+            )
             assert not result.accurate
         else:
             assert not errors and result.accurate
