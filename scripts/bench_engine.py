@@ -1,0 +1,132 @@
+"""Benchmark: the model engine playing held-out dialogues at several batch sizes, and batch-1 decode against the
+memory bound.
+
+Part 1 plays the same held-out dialogues with the demo's checkpoint (greedy, under the action grammar, the demo's
+call bias and device profile, virtual clock) once per batch size, every session in play at once
+(``SessionDriver``), and prints wall time, sessions/s, action tokens/s, the engine's mean batch and live accuracy;
+each run's session logs are compared with batch 1's, and a session that differs is named.
+
+Part 2 times single-token forwards of the engine at batch 1 over contexts of several lengths, against the memory
+bound: the bytes a decode step must read (the weights once, plus the context's keys and values) over this machine's
+measured copy bandwidth (a 256 MiB tensor copied, read and write counted).
+
+    .venv/bin/python scripts/bench_engine.py --model runs/demo/checkpoint --data runs/demo/data/eval/data \
+        [--batch-sizes 1 4 16 50] [--dialogues 50] [--call-bias 1.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+
+from clocktune.clock import PROFILES
+from clocktune.rendered_dataset import load_timeline_files
+from clocktune.runtime.engine import Engine, Forward
+from clocktune.runtime.play import run_policy
+from clocktune.runtime.policy_factories import load_policy_model, policy_factory
+from clocktune.runtime.session import SessionConfig
+from data_gen.backends import make_backend
+
+
+def play_batches(model, tokenizer, timelines, batch_sizes: list[int], call_bias: float) -> None:
+    """Part 1: the same sessions at each batch size; prints a table and the sessions whose logs differ."""
+    config = SessionConfig(device=PROFILES["phone-135m"])
+    print(f"{len(timelines)} dialogues, {torch.get_num_threads()} torch threads, call bias {call_bias:g}")
+    print(
+        "| batch | wall s | sessions/s | action tokens/s | forwards | mean batch | live accuracy | logs as batch 1 |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    reference = None
+    first_seconds = None
+    for batch_size in batch_sizes:
+        factory = policy_factory("model", loaded=(model, tokenizer), call_bias=call_bias, batch_size=batch_size)
+        started = time.perf_counter()
+        run = run_policy("model", timelines, factory, make_backend, config, concurrency=len(timelines))
+        seconds = time.perf_counter() - started
+        first_seconds = first_seconds or seconds
+        logs = [log.timeline.events for log in run.logs]
+        if reference is None:
+            reference = logs
+        differ = [t.id for t, log, ref in zip(timelines, logs, reference, strict=True) if log != ref]
+        stats = factory.engine.stats
+        tokens = factory.decoding.tokens
+        print(
+            f"| {batch_size} | {seconds:.1f} | {len(timelines) / seconds:.3f} | {tokens / seconds:.1f} "
+            f"| {stats.forwards} | {stats.rows / stats.forwards:.1f} | {run.share('accurate'):.2f} "
+            f"| {len(timelines) - len(differ)}/{len(timelines)} |"
+        )
+        if differ:
+            print(f"  sessions whose log differs from batch 1's: {differ}")
+        print(f"  speedup over the first row: {first_seconds / seconds:.2f}x")
+
+
+def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """Bytes per second of a large tensor copy (read and write counted), median of ``repeats``."""
+    source = torch.ones(megabytes * 2**20 // 4)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        target.copy_(source)
+        times.append(time.perf_counter() - started)
+    return 2 * source.numel() * 4 / statistics.median(times)
+
+
+def decode_floor(model, contexts: list[int], steps: int = 16) -> None:
+    """Part 2: the engine's batch-1 decode step at each context length, against the memory bound."""
+    bandwidth = copy_bandwidth()
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    config = model.config
+    kv_heads = getattr(config, "num_key_value_heads", config.num_attention_heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * next(model.parameters()).element_size()
+    print(f"\ncopy bandwidth {bandwidth / 1e9:.1f} GB/s; weights {weights / 1e6:.0f} MB; KV {kv_per_token} B/token")
+    print("| context | decode step ms (median) | tokens/s | bytes read MB | memory bound ms | step / bound |")
+    print("|---|---|---|---|---|---|")
+    vocab = model.get_input_embeddings().num_embeddings
+    generator = torch.Generator().manual_seed(0)
+    for context in contexts:
+        engine = Engine(model)
+        ids = torch.randint(vocab, (context,), generator=generator).tolist()
+        session = engine.open(tuple(ids))  # the context, fed as one prompt
+        until = [math.inf] * (context + steps + 1)
+        times = []
+        for _ in range(steps + 2):
+            started = time.perf_counter()
+            engine.forward([(session, Forward([7], [0.0], until))])
+            times.append(time.perf_counter() - started)
+            session.crop(context)
+        step = statistics.median(times[2:])
+        read = weights + kv_per_token * context
+        bound = read / bandwidth
+        print(
+            f"| {context} | {step * 1e3:.1f} | {1 / step:.1f} | {read / 1e6:.0f} | {bound * 1e3:.1f} | {step / bound:.1f}x |"
+        )
+
+
+def main() -> None:
+    """Parses the command line and runs both parts."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="runs/demo/checkpoint", help="a checkpoint folder written by training")
+    parser.add_argument("--data", default="runs/demo/data/eval/data", help="held-out timelines")
+    parser.add_argument("--dialogues", type=int, default=50)
+    parser.add_argument("--batch-sizes", type=int, nargs="*", default=[1, 4, 16, 50], help="part 1 (none: skip it)")
+    parser.add_argument("--call-bias", type=float, default=1.5, help="the demo's (clocktune.cli.demo.CALL_BIAS)")
+    parser.add_argument("--contexts", type=int, nargs="*", default=[1100, 3000, 5000], help="part 2's context lengths")
+    args = parser.parse_args()
+
+    model, tokenizer = load_policy_model(args.model)
+    timelines = load_timeline_files([args.data])[: args.dialogues]
+    if args.batch_sizes:
+        play_batches(model, tokenizer, timelines, args.batch_sizes, args.call_bias)
+    if args.contexts:
+        decode_floor(model, args.contexts)
+
+
+if __name__ == "__main__":
+    main()
