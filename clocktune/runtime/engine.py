@@ -46,8 +46,9 @@ __all__ = ["ATTENTION", "Engine", "EngineSession", "Forward", "ModelWork", "defa
 ATTENTION = "clocktune_engine"
 
 
-# Sessions per forward by default: on this 2-core CPU live evaluation of the demo's checkpoint gained little past 16
-# (BENCHMARKS.md "Model engine"); a GPU's forward costs about the same up to far larger batches.
+# Sessions per forward by default. On this 2-core CPU batch 16 played the demo's 50 held-out dialogues 2.56x faster
+# than batch 1 (BENCHMARKS.md, "Model engine"; 4 and 50 not measured yet). 64 on a GPU is not measured: a GPU's
+# decode step is memory bound to far larger batches than a CPU's.
 CPU_BATCH_SIZE = 16
 GPU_BATCH_SIZE = 64
 
