@@ -68,7 +68,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "profile": args.profile,
         "constrained": args.constrained,
         "draft": args.draft,
-    }  # not the batch size: the sessions are the same at any
+    }  # the batch size is not a setting of the run: a session's log is the same at any
     summary = rollout(
         timelines,
         student,

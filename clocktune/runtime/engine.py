@@ -31,6 +31,7 @@ the batch goes on.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ import torch
 
 from clocktune.runtime.incremental import streaming_mask
 
-__all__ = ["ATTENTION", "Engine", "EngineSession", "Forward", "ModelWork", "default_batch_size"]
+__all__ = ["ATTENTION", "Engine", "EngineSession", "Forward", "ModelWork", "default_batch_size", "drive"]
 
 # The name under which the per-session attention is registered with transformers' AttentionInterface.
 ATTENTION = "clocktune_engine"
@@ -80,6 +81,24 @@ class Forward:
 ModelWork = Generator[Forward, torch.Tensor, Any]
 
 
+def drive(work: ModelWork, forward: Callable[[Forward], torch.Tensor]) -> Any:
+    """Runs one session's model work alone: each request it yields goes to ``forward``, whose logits are sent back.
+
+    Args:
+        work: The work (``ModelPolicy.act_work``).
+        forward: Runs one request over the session's cache (:meth:`EngineSession.forward`, or a cache of its own).
+
+    Returns:
+        The work's result.
+    """
+    try:
+        request = next(work)
+        while True:
+            request = work.send(forward(request))
+    except StopIteration as stop:
+        return stop.value
+
+
 class EngineSession:
     """One session's KV cache in the engine: per layer, key and value buffers with room to grow.
 
@@ -92,6 +111,10 @@ class EngineSession:
         self.length = 0
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
+
+    def forward(self, request: Forward) -> torch.Tensor:
+        """Runs this session's request alone (a packed forward of one) and returns its rows of logits."""
+        return self.engine.forward([(self, request)])[0]
 
     def crop(self, length: int) -> None:
         """Keeps the first ``length`` tokens of the cache."""
@@ -261,8 +284,6 @@ class Engine:
         Returns:
             Each request's logits, ``(rows, vocabulary)``, in order; every session's cache grown by its ids.
         """
-        import time
-
         started = time.perf_counter()
         rows: list[_Row] = []
         ids: list[int] = []
@@ -326,12 +347,7 @@ class Engine:
 
     def run(self, session: EngineSession, work: ModelWork) -> Any:
         """Drives one session's model work alone (batch 1) and returns its result."""
-        try:
-            request = next(work)
-            while True:
-                request = work.send(self.forward([(session, request)])[0])
-        except StopIteration as stop:
-            return stop.value
+        return drive(work, session.forward)
 
     def submit(self, session: EngineSession, work: ModelWork, done: Callable[[Any, BaseException | None], None]):
         """Queues a session's model work; :meth:`step` runs it with the others' and calls ``done(result, error)``

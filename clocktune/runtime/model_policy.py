@@ -52,7 +52,7 @@ from clocktune.clock import FIRST_WORDS_TOKENS
 from clocktune.render import Renderer
 from clocktune.runtime.action_grammar import CallBook, action_grammar, start_matcher
 from clocktune.runtime.drafters import Draft, Drafter, DraftRequest, call_skeletons
-from clocktune.runtime.engine import Engine, EngineSession, Forward, ModelWork
+from clocktune.runtime.engine import Engine, EngineSession, Forward, ModelWork, drive
 from clocktune.runtime.incremental import crop_cache, feed_rows
 from clocktune.runtime.policy import Decision
 from clocktune.runtime.speculative import (
@@ -199,19 +199,20 @@ class ModelPolicy:
                 added += len(ids)
         return added
 
-    def _open(self) -> None:
-        # The session's cache, holding the system prompt: in the engine, or (with a drafter) a DynamicCache of its own.
-        if self.drafter is None:
-            self.kv = self.engine.open(self.system_ids)
-        else:
-            self.kv = _DynamicCacheStore(self.model, self.system_caches, self.system_ids)
-        self.fed_ids = list(self.system_ids)
+    def _cache(self) -> EngineSession | _DynamicCacheStore:
+        # The session's cache, opened on first use holding the system prompt: in the engine, or (with a drafter) a
+        # DynamicCache of its own.
+        if self.kv is None:
+            if self.drafter is None:
+                self.kv = self.engine.open(self.system_ids)
+            else:
+                self.kv = _DynamicCacheStore(self.model, self.system_caches, self.system_ids)
+            self.fed_ids = list(self.system_ids)
+        return self.kv
 
     def engine_session(self) -> EngineSession:
         """The session's cache in the engine, opened (holding the system prompt) on first use."""
-        if self.kv is None:
-            self._open()
-        return self.kv
+        return self._cache()
 
     @property
     def batchable(self) -> bool:
@@ -231,17 +232,7 @@ class ModelPolicy:
         Returns:
             The parsed action and the tokens generated, or the parse error.
         """
-        work = self.act_work(t)
-        if self.batchable:
-            if self.kv is None:
-                self._open()
-            return self.engine.run(self.kv, work)
-        try:
-            request = next(work)
-            while True:
-                request = work.send(self.kv.forward(request))
-        except StopIteration as stop:
-            return stop.value
+        return drive(self.act_work(t), self._cache().forward)
 
     def act_work(self, t: float) -> ModelWork:
         """The next action's model work: yields each forward it needs (:class:`~clocktune.runtime.engine.Forward`),
@@ -250,8 +241,7 @@ class ModelPolicy:
         Args:
             t: The session time of the action.
         """
-        if self.kv is None:
-            self._open()
+        self._cache()
         rendering = self.renderer.rendering
         kept = len(self.fed_ids)
         pending = rendering.input_ids[kept:]

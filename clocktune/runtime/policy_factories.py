@@ -138,9 +138,8 @@ def policy_factory(
 
     network, tokenizer = loaded if loaded is not None else load_policy_model(model)
     system_caches: dict = {}  # with a drafter, the sessions of this model share the prefill of each system prompt
-    engine = Engine(
-        network, batch_size or default_batch_size(network)
-    )  # without one, they share the engine: batches and system prompts
+    # Without a drafter, the sessions share the engine: its batches and its system prompts.
+    engine = Engine(network, batch_size or default_batch_size(network))
     drafter, costs = resolve_drafter(draft, network, costs)
     # Shared by the sessions: the metrics of the run, and the acceptance a new session starts from.
     decoding = SpeculationStats(drafter.name if drafter is not None else "none")
