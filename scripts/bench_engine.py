@@ -10,6 +10,9 @@ Part 2 times single-token forwards of the engine at batch 1 over contexts of sev
 bound: the bytes a decode step must read (the weights once, plus the context's keys and values) over this machine's
 measured copy bandwidth (a 256 MiB tensor copied, read and write counted).
 
+Part 3 times the model's largest linear layer on M rows at once against M times one row: the most a packed forward
+of M decode steps can gain on this machine, since the linear layers are nearly all of a decode step's work.
+
     .venv/bin/python scripts/bench_engine.py --model runs/demo/checkpoint --data runs/demo/data/eval/data \
         [--batch-sizes 1 4 16 50] [--dialogues 50] [--call-bias 1.5]
 """
@@ -37,9 +40,10 @@ def play_batches(model, tokenizer, timelines, batch_sizes: list[int], call_bias:
     config = SessionConfig(device=PROFILES["phone-135m"])
     print(f"{len(timelines)} dialogues, {torch.get_num_threads()} torch threads, call bias {call_bias:g}")
     print(
-        "| batch | wall s | sessions/s | action tokens/s | forwards | mean batch | live accuracy | logs as batch 1 |"
+        "| batch | wall s | sessions/s | action tokens/s | forwards | mean batch | tokens fed | live accuracy "
+        "| logs as batch 1 |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     reference = None
     first_seconds = None
     for batch_size in batch_sizes:
@@ -56,7 +60,7 @@ def play_batches(model, tokenizer, timelines, batch_sizes: list[int], call_bias:
         tokens = factory.decoding.tokens
         print(
             f"| {batch_size} | {seconds:.1f} | {len(timelines) / seconds:.3f} | {tokens / seconds:.1f} "
-            f"| {stats.forwards} | {stats.rows / stats.forwards:.1f} | {run.share('accurate'):.2f} "
+            f"| {stats.forwards} | {stats.rows / stats.forwards:.1f} | {stats.tokens} | {run.share('accurate'):.2f} "
             f"| {len(timelines) - len(differ)}/{len(timelines)} |"
         )
         if differ:
@@ -109,6 +113,33 @@ def decode_floor(model, contexts: list[int], steps: int = 16) -> None:
         )
 
 
+def matmul_ceiling(model, rows: list[int], repeats: int = 50) -> None:
+    """Part 3: what batching can gain in the linear layers, which hold nearly all of a decode step's work: the
+    decoder's largest projection (not the output head, whose rows are only the ones kept) applied to ``M`` rows at
+    once against ``M`` times one row."""
+    head = model.get_output_embeddings()
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head]
+    weight = max((m.weight for m in layers), key=lambda w: w.numel()).detach()
+
+    def seconds(count: int) -> float:
+        x = torch.randn(count, weight.shape[1], dtype=weight.dtype)
+        for _ in range(5):
+            torch.nn.functional.linear(x, weight)
+        started = time.perf_counter()
+        for _ in range(repeats):
+            torch.nn.functional.linear(x, weight)
+        return (time.perf_counter() - started) / repeats
+
+    one = seconds(1)
+    print(f"\nlinear {tuple(weight.shape)}: one row {one * 1e6:.0f} us")
+    print("| rows M | us | GFLOP/s | M x one row / M rows (most a batch of M gains) |")
+    print("|---|---|---|---|")
+    for count in rows:
+        took = seconds(count)
+        flops = 2 * count * weight.numel() / took / 1e9
+        print(f"| {count} | {took * 1e6:.0f} | {flops:.0f} | {count * one / took:.2f}x |")
+
+
 def main() -> None:
     """Parses the command line and runs both parts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -118,6 +149,7 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="*", default=[1, 4, 16, 50], help="part 1 (none: skip it)")
     parser.add_argument("--call-bias", type=float, default=1.5, help="the demo's (clocktune.cli.demo.CALL_BIAS)")
     parser.add_argument("--contexts", type=int, nargs="*", default=[1100, 3000, 5000], help="part 2's context lengths")
+    parser.add_argument("--rows", type=int, nargs="*", default=[1, 4, 16, 50], help="part 3's rows per matmul")
     args = parser.parse_args()
 
     model, tokenizer = load_policy_model(args.model)
@@ -126,6 +158,8 @@ def main() -> None:
         play_batches(model, tokenizer, timelines, args.batch_sizes, args.call_bias)
     if args.contexts:
         decode_floor(model, args.contexts)
+    if args.rows:
+        matmul_ceiling(model, args.rows)
 
 
 if __name__ == "__main__":

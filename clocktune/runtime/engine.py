@@ -102,7 +102,7 @@ def drive(work: ModelWork, forward: Callable[[Forward], torch.Tensor]) -> Any:
 class EngineSession:
     """One session's KV cache in the engine: per layer, key and value buffers with room to grow.
 
-    Tokens past :attr:`length` are stale (a rejected draft, an action's prompt dropped after the action): they are
+    Tokens past :attr:`length` are stale (a rejected draft, an action the rendering did not repeat): they are
     overwritten by the next forward and never attended, since each new token attends only to positions before it.
     """
 
