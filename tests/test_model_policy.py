@@ -179,3 +179,75 @@ def test_call_bias_reaches_a_checkpoints_policies_and_names_its_results_apart(ge
     assert build_parser().parse_args([*argv, "--call-bias", "1.5"]).call_bias == 1.5
     _, training_args, _ = sft_parser().parse_args_and_config(["--output_dir", "o", "--live_eval_call_bias", "1.5"])
     assert training_args.live_eval_call_bias == 1.5
+
+
+# An action's tokens kept in the cache -------------------------------------------------------------------------
+
+
+def _acted(model, tokenizer, timeline, t):
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    policy = ModelPolicy(model, tokenizer, timeline, max_new_tokens=4)
+    policy.observe(timeline.events[:1])
+    policy.act(t)
+    return policy
+
+
+def test_an_actions_prompt_stays_in_the_cache_only_while_the_rendering_repeats_it(generated, tiny_chatml_model):
+    from clocktune.timeline.events import Event
+
+    model, tokenizer = tiny_chatml_model
+    timeline = next(t for t in generated[0] if len(t.events) < 40)
+    first = timeline.events[0]
+    t = first.t + 0.5
+
+    # A wait at the action's time renders the same header, clock and state line: they are kept, not fed again.
+    policy = _acted(model, tokenizer, timeline, t)
+    prompt = policy.renderer.prompt_for_action(t)
+    policy.observe([Event("a1", t, "wait", "agent")])
+    assert policy._confirmed_by(policy.renderer.rendering) >= len(prompt)
+
+    # At another time the clock differs, and the prompt's tokens were fed at another time: nothing is kept.
+    policy = _acted(model, tokenizer, timeline, t)
+    policy.observe([Event("a1", t + 0.25, "wait", "agent")])
+    assert policy._confirmed_by(policy.renderer.rendering) == 0
+
+    # A token before them hidden from the action's time on (a modified call's result): they were fed seeing it,
+    # training feeds them not seeing it, so they are fed again.
+    policy = _acted(model, tokenizer, timeline, t)
+    policy.renderer.hide(first.id, t)
+    policy.observe([Event("a1", t, "wait", "agent")])
+    assert policy._confirmed_by(policy.renderer.rendering) == 0
+
+
+def test_a_model_acting_on_its_own_keeps_its_actions_and_still_matches_a_full_forward(generated, tiny_chatml_model):
+    from clocktune.masks import build_float_mask
+    from clocktune.render import render
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    model, tokenizer = tiny_chatml_model
+    timeline = next(t for t in generated[0] if any(e.kind == "tool_modify" for e in t.events) and len(t.events) < 40)
+    policy = ModelPolicy(model, tokenizer, timeline, max_new_tokens=4)
+    config = SessionConfig(max_notices=4, turn_limit_s=2.0, device=DeviceProfile("slow", 1e4, 50.0, 0.0))
+    log = run_virtual(Session(timeline, policy, config, make_backend(timeline)).run())
+    agent = [e for e in log.timeline.events if e.kind in ("wait", "say", "tool_call", "tool_modify", "tool_cancel")]
+    assert len(agent) >= 3
+    fed = policy.engine.stats.tokens
+    rendering = render(log.timeline, tokenizer)
+    # Each action's tokens were fed once (decoded), not again as the rendering's: fewer tokens than the rendering
+    # plus every action's prompt and tokens.
+    assert fed < len(rendering) + policy.stats["tokens"]
+
+    # The prompt logits of one more action over the whole log equal one full forward under the training mask.
+    t = log.timeline.events[-1].t + 0.1
+    policy.act(t)
+    prompt = policy.renderer.prompt_for_action(t)
+    ids = rendering.input_ids + prompt
+    times = rendering.time + [t] * len(prompt)
+    until = rendering.visible_until + [math.inf] * len(prompt)
+    mask = build_float_mask(
+        torch.tensor([times]), torch.tensor([until]), torch.zeros(1, len(ids), dtype=torch.long), dtype=torch.float32
+    )
+    with torch.no_grad():
+        full = model(input_ids=torch.tensor([ids]), attention_mask=mask, use_cache=False).logits[0, -1]
+    assert torch.allclose(full, policy.last_prompt_logits, atol=1e-4)
