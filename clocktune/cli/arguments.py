@@ -168,7 +168,7 @@ def add_batch_size_flag(parser: argparse.ArgumentParser) -> None:
         "--batch-size",
         type=positive_int,
         default=None,
-        help="sessions whose forwards the model engine runs as one (default: 16 on a CPU, 64 on a GPU); the"
+        help="sessions whose forwards the model engine runs as one (default: 50 on a CPU, 64 on a GPU); the"
         " sessions' logs are the same at any batch size",
     )
 

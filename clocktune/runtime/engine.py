@@ -47,10 +47,11 @@ __all__ = ["ATTENTION", "Engine", "EngineSession", "Forward", "ModelWork", "defa
 ATTENTION = "clocktune_engine"
 
 
-# Sessions per forward by default. On this 2-core CPU batch 16 played the demo's 50 held-out dialogues 2.56x faster
-# than batch 1 (BENCHMARKS.md, "Model engine"; 4 and 50 not measured yet). 64 on a GPU is not measured: a GPU's
-# decode step is memory bound to far larger batches than a CPU's.
-CPU_BATCH_SIZE = 16
+# Sessions per forward by default. On a 2-core CPU the demo's 50 held-out dialogues played 1.83x, 2.85x and 3.55x
+# faster than batch 1 at batch 4, 16 and 50 (BENCHMARKS.md, "Model engine"), the same logs at each; the caches of
+# the sessions in play are held whatever the batch, so a larger batch adds only its activations. 64 on a GPU is not
+# measured: a GPU's decode step is memory bound to far larger batches than a CPU's.
+CPU_BATCH_SIZE = 50
 GPU_BATCH_SIZE = 64
 
 
