@@ -2,9 +2,11 @@
 
 A newcomer who runs the demo should know before it starts that it takes some forty minutes on a 2-core CPU, and, a
 few training steps in, when it will be done on *their* machine. The demo's phases and their times on a quiet 2-core
-machine are below (``make demo`` of 2026-12-03, BENCHMARKS.md); once the first training steps are timed, every
-phase still to come is scaled by how much slower (or faster) those steps ran than the quiet machine's, and the
-trainings' remaining steps are counted at the measured pace.
+machine are below; once the first training steps are timed, the trainings are counted at the measured pace, the
+phases that only run the model forward (scoring, live play) at the pace the untrained model's scoring ran, and the
+rest scaled by how much slower (or faster) the training steps ran than the quiet machine's. A busy machine slows
+training steps and forwards apart: beside a CPU-bound process on 2026-12-05 the steps ran 3.37x the quiet pace, the
+scoring 2.98x and the live play (then one session at a time) 1.6-1.9x.
 """
 
 from __future__ import annotations
@@ -15,21 +17,32 @@ from dataclasses import dataclass, field
 
 from transformers import TrainerCallback
 
-__all__ = ["QUIET_PHASES", "SYNC_PHASES", "DemoSchedule", "EtaCallback", "StepTimer", "TimeBudget", "format_duration"]
+__all__ = [
+    "FORWARD_PHASES",
+    "QUIET_PHASES",
+    "SYNC_PHASES",
+    "DemoSchedule",
+    "EtaCallback",
+    "StepTimer",
+    "TimeBudget",
+    "format_duration",
+]
 
 # The demo's phases, in order, and their seconds on a quiet 2-core machine (BENCHMARKS.md, `make demo` of
-# 2026-12-03: trainings 857-882 s and 974-1,008 s, live evaluations 213-228 s). The data and the teacher-forced scores
-# are 2026-12-04's run beside a CPU-bound process divided by its pace (3.37x the quiet step): 3 s, 292 s, 291 s. The
-# trainings are counted in steps (their quiet pace below) plus loading and saving.
+# 2026-12-03: trainings 857-882 s and 974-1,008 s). The data are 2026-12-04's run beside a CPU-bound process divided
+# by its pace (3.37x the quiet step): 3 s. The live phases play through the model engine (50 sessions a forward since
+# 2026-12-05): measured quiet on 2026-12-05 beside the scoring, side by side, they took 0.68x its time (94.6 s against
+# 139.3 s on the demo's checkpoint and 50 held-out dialogues), so 0.68 x 90 s here, and the sync-teacher model's 230/220
+# of that as on 2026-12-03. The trainings are counted in steps (their quiet pace below) plus loading and saving.
 QUIET_PHASES: dict[str, float] = {
     "generate the dialogues": 5.0,
     "score the untrained model": 90.0,
     "train the model": 880.0,
     "score the trained model": 90.0,
-    "play it live": 220.0,
+    "play it live": 61.0,
     "generate the turn-based teacher's dialogues": 5.0,
     "train the sync-teacher model": 1000.0,
-    "play the sync-teacher model live": 230.0,
+    "play the sync-teacher model live": 64.0,
 }
 TRAININGS = ("train the model", "train the sync-teacher model")
 # The phases of the sync-teacher model (``--no-sync-model`` skips them).
@@ -38,6 +51,9 @@ SYNC_PHASES = (
     "train the sync-teacher model",
     "play the sync-teacher model live",
 )
+# The phase whose measured time sets the pace of the phases that only run the model forward.
+SCORING = "score the untrained model"
+FORWARD_PHASES = (SCORING, "score the trained model", "play it live", "play the sync-teacher model live")
 
 
 def format_duration(seconds: float) -> str:
@@ -97,9 +113,28 @@ class DemoSchedule:
         self._current = None
         return seconds
 
+    @property
+    def forward_pace(self) -> float:
+        """The untrained model's scoring time over its quiet time, once measured (else :attr:`pace`): the pace of the
+        phases that only run the model forward."""
+        if SCORING in self.done and self.phases.get(SCORING):
+            return self.done[SCORING] / self.phases[SCORING]
+        return self.pace
+
+    def expected_seconds(self, name: str) -> float:
+        """Phase ``name``'s seconds on this machine: a training counted as the first training at :attr:`pace` (the
+        sync-teacher model's steps took 1.15x the first's on 2026-12-03 and 0.94x on 2026-12-05: no steady
+        difference), a forward-only phase at :attr:`forward_pace`, any other at :attr:`pace`."""
+        quiet = self.phases[name]
+        if name in TRAININGS:
+            return self.phases.get(TRAININGS[0], quiet) * self.pace
+        if name in FORWARD_PHASES:
+            return quiet * self.forward_pace
+        return quiet * self.pace
+
     def remaining_seconds(self, steps_done: int = 0, seconds_per_step: float | None = None) -> float:
         """Seconds the demo still needs: the current training's steps left at the measured pace, every phase not yet
-        begun at its quiet time times :attr:`pace`.
+        begun at :meth:`expected_seconds`.
 
         Args:
             steps_done: Steps the current training has done.
@@ -108,17 +143,21 @@ class DemoSchedule:
         Returns:
             The estimate.
         """
-        left = 0.0
-        for name, quiet in self.phases.items():
+        return sum(self._left(steps_done, seconds_per_step).values())
+
+    def _left(self, steps_done: int, seconds_per_step: float | None) -> dict[str, float]:
+        # Seconds left of each phase not done, in order.
+        left = {}
+        for name in self.phases:
             if name in self.done:
                 continue
             if name == self._current:
                 if name in TRAININGS and seconds_per_step is not None:
-                    left += max(0, self.steps - steps_done) * seconds_per_step
+                    left[name] = max(0, self.steps - steps_done) * seconds_per_step
                 else:
-                    left += max(0.0, quiet * self.pace - (time.monotonic() - self._phase_started))
+                    left[name] = max(0.0, self.expected_seconds(name) - (time.monotonic() - self._phase_started))
             else:
-                left += quiet * self.pace
+                left[name] = self.expected_seconds(name)
         return left
 
     def estimate(self, steps_done: int, seconds_per_step: float) -> float:
@@ -133,21 +172,17 @@ class DemoSchedule:
         """
         self.pace = seconds_per_step / self.quiet_seconds_per_step
         now = time.monotonic()
-        left = self.remaining_seconds(steps_done, seconds_per_step)
+        phases_left = self._left(steps_done, seconds_per_step)
+        left = sum(phases_left.values())
         busy = "slower" if self.pace > 1 else "faster"
         self.say(
             f"after {steps_done} steps at {seconds_per_step:.1f} s each ({self.pace:.2f}x the quiet machine's pace,"
-            f" {busy}): the demo should end in about {format_duration(left)},"
+            f" {busy}; forwards {self.forward_pace:.2f}x): the demo should end in about {format_duration(left)},"
             f" {format_duration(now + left - self.started)} in all"
         )
         at = now
-        for name, quiet in self.phases.items():
-            if name in self.done:
-                continue
-            if name == self._current:
-                at += max(0, self.steps - steps_done) * seconds_per_step
-            else:
-                at += quiet * self.pace
+        for name, seconds in phases_left.items():
+            at += seconds
             self.say(f"  {name}: ends in ~{format_duration(at - now)}")
         return left
 
