@@ -232,6 +232,11 @@ def cmd_import_chat(args: argparse.Namespace) -> int:
         print(str(error))
         return 1
     print(f"imported {result['written']} conversation(s) to {result['path']} in {result['seconds']:.1f} s")
+    print("calls by the kinds of their arguments (a call counts once under each kind it has):")
+    print(f"  {'argument kind':<14} {'before the end':>14} {'at the end':>10}")
+    for kind, counts in result["placement"].items():
+        print(f"  {kind:<14} {counts['early']:>14} {counts['end']:>10}")
+    print(f"{result['at_end']} conversation(s) with every call at the end of speech: {result['at_end_path']}")
     return 0
 
 

@@ -42,21 +42,32 @@ import json
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from clocktune.timeline.events import ArgumentPlacement, CallPlacement
+from data_gen.readings import Mention, Word, settled_by
+from data_gen.readings.clock_times import clock_time, time_mentions
+from data_gen.readings.counts import COUNTED, count_mentions, counted_noun
+from data_gen.readings.dates import date_mentions, iso_date, nights
+from data_gen.readings.enums import enum_mentions
 from data_gen.task import PlannedCall, Reading
 
 __all__ = [
     "MISSING",
     "Placement",
+    "Reason",
+    "Setting",
     "Utterance",
     "accumulate_readings",
+    "call_placement",
     "canonical",
+    "leaf_key",
     "leaves",
     "place",
     "tokens",
     "value_forms",
+    "value_kind",
 ]
 
 _TOKEN = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|\d+(?:\.\d+)?(?:st|nd|rd|th)?|[^\W\d_]+")
@@ -79,6 +90,8 @@ _MONTHS = ["january", "february", "march", "april", "may", "june", "july", "augu
 _MONTH_ALIASES = {name[:3]: name for name in _MONTHS} | {"sept": "september"}
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _ISO_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+
+_PAUSES = frozenset(",.;:!?)")
 
 # A leaf the importer cannot make available: ``place``'s ``available`` returns it for "not available".
 MISSING: Any = object()
@@ -170,11 +183,13 @@ def tokens(text: str) -> list[str]:
     return [token.text for token in _canonical_tokens(raw)]
 
 
-def value_forms(value: Any) -> list[list[str]]:
+def value_forms(value: Any, weekday: bool = True) -> list[list[str]]:
     """The token sequences that count as hearing a value.
 
     Args:
         value: A scalar argument value.
+        weekday: Whether an ISO date is heard as its weekday name alone (without an anchor date there is nothing
+            better; with one, :mod:`data_gen.readings.dates` says which Friday "Friday" is).
 
     Returns:
         Alternative forms (each a token list); empty when the value is not something a user says (booleans,
@@ -195,7 +210,7 @@ def value_forms(value: Any) -> list[list[str]]:
         except ValueError:
             return forms
         month, day = _MONTHS[date.month - 1], str(date.day)
-        forms += [[month, day], [day, month], [day, "of", month], [_WEEKDAYS[date.weekday()]]]
+        forms += [[month, day], [day, month], [day, "of", month]] + ([[_WEEKDAYS[date.weekday()]]] if weekday else [])
     return forms
 
 
@@ -240,6 +255,23 @@ class Utterance:
         self._joined = " " + " ".join(self._texts) + " "
         self._starts = list(itertools.accumulate((len(text) + 1 for text in self._texts[:-1]), initial=0))
         self._found: dict[tuple[str, ...], int | None] = {}
+        self._readable: list[Word] | None = None
+        self.mentions: dict[Any, list[Mention]] = {}  # the readers' mentions, kept for the turn's other calls
+
+    @property
+    def readable(self) -> list[Word]:
+        """The tokens as the readers of :mod:`data_gen.readings` see them (built on first use)."""
+        if self._readable is None:
+            self._readable = []
+            for index, token in enumerate(self.tokens):
+                last_of_word = index + 1 == len(self.tokens) or self.tokens[index + 1].word != token.word
+                pause = last_of_word and self.words[token.word][-1:] in _PAUSES
+                self._readable.append(Word(token.text, self.text[token.start : token.end].lower(), token.word, pause))
+        return self._readable
+
+    def words_of(self, start: int, end: int) -> str:
+        """The text of tokens ``start`` to ``end``, as written."""
+        return self.text[self.tokens[start].start : self.tokens[end].end]
 
     @classmethod
     def of(cls, text: str) -> Utterance:
@@ -307,6 +339,69 @@ def leaves(arguments: Any, path: str = "") -> Iterator[tuple[str, Any]]:
         yield path, arguments
 
 
+@dataclass(frozen=True)
+class Setting:
+    """What a call's words are heard against, beyond the words themselves.
+
+    Args:
+        anchor: The conversation's date: relative dates are read against it (``None``: they are not read, and a date
+            is heard as its weekday name alone).
+        parameters: The called tool's parameters (a JSON schema): enum members, descriptions and argument names.
+        names: Identifier values an earlier result gave a name, by :func:`leaf_key`: "the Grand Plaza" is ``H-44``.
+    """
+
+    anchor: datetime.date | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    names: dict[tuple[type, Any], list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """How one argument value was settled.
+
+    Args:
+        path: The value's dotted path in the arguments.
+        kind: ``literal`` (said as written), ``date``, ``time``, ``enum``, ``count``, ``name``, ``nights`` (heard
+            in the turn), ``context`` (said before the turn), ``result`` (an earlier result's), ``unheard``.
+        at_word: Words of the turn heard when it was settled (``None`` unless heard in the turn).
+        words: The words that settled it, as written.
+        value_kind: What the value is (:func:`value_kind`): ``date``, ``time``, ``enum``, ``count``, ``number``,
+            ``text``.
+    """
+
+    path: str
+    kind: str
+    at_word: int | None = None
+    words: str | None = None
+    value_kind: str = "text"
+
+
+def value_kind(path: str, value: Any, setting: Setting) -> str:
+    """What a value is, for reports: ``date`` (ISO), ``time`` (``HH:MM``), ``enum`` (a member of its schema's enum),
+    ``count`` (an integer named for a counted noun), ``number`` or ``text``.
+
+    Args:
+        path: The value's dotted path in the arguments.
+        value: The value.
+        setting: The call's setting (its schema).
+
+    Returns:
+        The kind.
+    """
+    parts = path.split(".") if path else []
+    members = _schema_at(setting.parameters, parts).get("enum")
+    if isinstance(value, str) and isinstance(members, list) and value in members:
+        return "enum"
+    if iso_date(value) is not None:
+        return "date"
+    if clock_time(value) is not None:
+        return "time"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        name = next((part for part in reversed(parts) if not part.isdigit()), "")
+        return "count" if isinstance(value, int) and counted_noun(name, tokens) is not None else "number"
+    return "text"
+
+
 @dataclass
 class Placement:
     """Where a call becomes determinable, and its arguments with available values filled in.
@@ -316,48 +411,208 @@ class Placement:
             belongs at the end of the turn).
         arguments: The arguments, each value that was not heard replaced by what ``available`` returned for it.
         unresolved: Paths of values neither heard nor available.
+        reasons: How each value was settled, in the arguments' order (flags and nulls have none).
     """
 
     at_word: int | None
     arguments: Any
     unresolved: list[str] = field(default_factory=list)
+    reasons: list[Reason] = field(default_factory=list)
 
 
-def place(arguments: Any, utterance: Utterance, available: Callable[[Any], Any] | None = None) -> Placement:
-    """Applies the rule of the module docstring to one call.
+def leaf_key(leaf: Any) -> tuple[type, Any] | None:
+    """A dictionary key equal exactly for leaves of the same JSON type and value; ``None`` when unhashable."""
+    try:
+        hash(leaf)
+    except TypeError:
+        return None
+    return type(leaf), leaf
+
+
+def _schema_at(parameters: dict[str, Any], parts: list[str]) -> dict[str, Any]:
+    # The JSON schema of the value at a path of the arguments ({} where the schema does not say).
+    schema: Any = parameters
+    for part in parts:
+        if not isinstance(schema, dict):
+            return {}
+        if part.isdigit() and isinstance(schema.get("items"), dict):
+            schema = schema["items"]
+        else:
+            properties = schema.get("properties")
+            schema = properties.get(part) if isinstance(properties, dict) else None
+    return schema if isinstance(schema, dict) else {}
+
+
+class _Hearer:
+    """Finds where in one turn each value of a call is settled, by the literal rule and by the readings."""
+
+    def __init__(self, utterance: Utterance, setting: Setting):
+        self.utterance, self.setting = utterance, setting
+
+    def _mentions(self, key: Any, read: Callable[[], list[Mention]]) -> list[Mention]:
+        # A reader's mentions in the turn, read once for all its calls.
+        if key not in self.utterance.mentions:
+            self.utterance.mentions[key] = read()
+        return self.utterance.mentions[key]
+
+    def _at(self, mention: Mention) -> tuple[int, str]:
+        words = self.utterance.readable
+        return words[mention.end].word + 1, self.utterance.words_of(mention.start, mention.end)
+
+    def _settled(self, kind: str, value: Any, mentions: list[Mention]) -> Reason | None:
+        mention = settled_by(value, mentions, self.utterance.readable)
+        return None if mention is None else Reason("", kind, *self._at(mention))
+
+    def _literal(self, value: Any, weekday: bool = True) -> Reason | None:
+        best = None
+        for form in value_forms(value, weekday):
+            end = self.utterance._find(form)
+            if end is not None and (best is None or end < best[1]):
+                best = (end - len(form) + 1, end)
+        if best is None:
+            return None
+        return Reason("", "literal", self.utterance.tokens[best[1]].word + 1, self.utterance.words_of(*best))
+
+    def hear(self, path: str, value: Any) -> Reason | None:
+        """How the turn settles the value at ``path``, or ``None`` when it does not."""
+        parts = path.split(".") if path else []
+        schema = _schema_at(self.setting.parameters, parts)
+        name = next((part for part in reversed(parts) if not part.isdigit()), "")
+        words = self.utterance.readable
+        members = schema.get("enum")
+        if isinstance(value, str) and isinstance(members, list) and value in members:
+            strings = [member for member in members if isinstance(member, str)]
+            description = schema.get("description") if isinstance(schema.get("description"), str) else ""
+            return self._settled("enum", value, enum_mentions(words, strings, name, description, tokens))
+        if clock_time(value) is not None:
+            times = self._mentions("time", lambda: time_mentions(words, self.utterance.words))
+            return self._settled("time", clock_time(value), times)
+        found: list[Reason] = []
+        anchor = self.setting.anchor
+        if iso_date(value) is not None and anchor is not None:
+            dates = self._mentions(("date", anchor), lambda: date_mentions(words, anchor))
+            found.append(self._settled("date", iso_date(value).isoformat(), dates))
+            found.append(self._literal(value, weekday=False))
+        elif isinstance(value, int) and not isinstance(value, bool) and counted_noun(name, tokens) is not None:
+            thing = counted_noun(name, tokens)
+            counts = count_mentions(words, thing)
+            if counts or any(word.text in COUNTED[thing] for word in words):
+                return self._settled("count", value, counts)
+            found.append(self._literal(value))
+        else:
+            found.append(self._literal(value))
+        for said in self.setting.names.get(leaf_key(value), ()):
+            end = self.utterance._find(tokens(said))
+            if end is not None:
+                start = end - len(tokens(said)) + 1
+                found.append(
+                    Reason("", "name", self.utterance.tokens[end].word + 1, self.utterance.words_of(start, end))
+                )
+        found = [reason for reason in found if reason is not None]
+        return min(found, key=lambda reason: reason.at_word) if found else None
+
+    def nights(self, value: Any, heard: dict[str, _Heard]) -> Reason | None:
+        """A check-out date said as a stay's length after another date of the call was heard ("for three nights")."""
+        date = iso_date(value)
+        if date is None:
+            return None
+        for count, index in nights(self.utterance.readable):
+            for item in heard.values():
+                other = iso_date(item.value)
+                if other is not None and (date - other).days == count:
+                    at = max(self.utterance.readable[index].word + 1, item.reason.at_word)
+                    return Reason("", "nights", at, self.utterance.words_of(max(0, index - 1), index))
+        return None
+
+
+@dataclass(frozen=True)
+class _Heard:
+    value: Any
+    reason: Reason
+
+
+def place(
+    arguments: Any,
+    utterance: Utterance,
+    available: Callable[[Any], Any] | None = None,
+    setting: Setting | None = None,
+) -> Placement:
+    """Applies the rule of the module docstring, and the readings of :mod:`data_gen.readings`, to one call.
 
     Args:
         arguments: The call's arguments as recorded.
         utterance: The turn's words.
         available: For a value the words do not hold: what the argument becomes when the value is available
             otherwise (the value itself, a ``{"$ref": ...}``), or :data:`MISSING`. ``None``: nothing is.
+        setting: The conversation's date, the tool's schema and the names of earlier results (``None``: only the
+            literal rule applies).
 
     Returns:
         The placement.
     """
-    heard: list[int] = []
-    unresolved: list[str] = []
-
-    def visit(value: Any, path: str) -> Any:
-        if isinstance(value, dict):
-            return {key: visit(item, f"{path}.{key}" if path else str(key)) for key, item in value.items()}
-        if isinstance(value, list):
-            return [visit(item, f"{path}.{index}" if path else str(index)) for index, item in enumerate(value)]
+    hearer = _Hearer(utterance, setting or Setting())
+    heard: dict[str, _Heard] = {}
+    pending: list[tuple[str, Any]] = []  # values the words did not settle by themselves
+    for path, value in leaves(arguments):
         if not value_forms(value):
-            return value  # flags and nulls: nothing to hear
-        at = utterance.heard_at(value)
-        if at is not None:
-            heard.append(at)
-            return value
+            continue  # flags and nulls: nothing to hear
+        reason = hearer.hear(path, value)
+        if reason is not None:
+            heard[path] = _Heard(value, replace(reason, path=path or "$"))
+        else:
+            pending.append((path, value))
+    reasons: dict[str, Reason] = {path: item.reason for path, item in heard.items()}
+    replacements: dict[str, Any] = {}
+    unresolved: list[str] = []
+    for path, value in pending:
+        by_length = hearer.nights(value, heard)
+        if by_length is not None:
+            reasons[path] = replace(by_length, path=path or "$")
+            continue
         replacement = MISSING if available is None else available(value)
         if replacement is MISSING:
             unresolved.append(path or "$")
-            return value
-        return replacement
+            reasons[path] = Reason(path or "$", "unheard")
+        else:
+            replacements[path] = replacement
+            kind = "result" if isinstance(replacement, dict) and "$ref" in replacement else "context"
+            reasons[path] = Reason(path or "$", kind)
 
-    filled = visit(arguments, "")
-    at_word = max(heard) if heard and not unresolved else None
-    return Placement(at_word, filled, unresolved)
+    def fill(value: Any, path: str) -> Any:
+        if path in replacements:
+            return replacements[path]
+        if isinstance(value, dict):
+            return {key: fill(item, f"{path}.{key}" if path else str(key)) for key, item in value.items()}
+        if isinstance(value, list):
+            return [fill(item, f"{path}.{index}" if path else str(index)) for index, item in enumerate(value)]
+        return value
+
+    setting = setting or Setting()
+    ordered = [
+        replace(reasons[path], value_kind=value_kind(path, value, setting))
+        for path, value in leaves(arguments)
+        if path in reasons
+    ]
+    at_words = [reason.at_word for reason in ordered if reason.at_word is not None]
+    at_word = max(at_words) if at_words and not unresolved else None
+    return Placement(at_word, fill(arguments, ""), unresolved, ordered)
+
+
+def call_placement(key: str, name: str, turn: int, placement: Placement, words: int) -> CallPlacement:
+    """A call's placement as the timeline records it (``Timeline.placements``).
+
+    Args:
+        key: The call's key in the task.
+        name: The tool.
+        turn: The user's turn.
+        placement: What :func:`place` found.
+        words: Words of the turn.
+
+    Returns:
+        The record.
+    """
+    arguments = [ArgumentPlacement(r.path, r.kind, r.at_word, r.words, r.value_kind) for r in placement.reasons]
+    return CallPlacement(key, name, turn, placement.at_word, words, arguments)
 
 
 def accumulate_readings(placed: list[tuple[int, PlannedCall]], words: int) -> list[Reading]:

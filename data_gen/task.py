@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from clocktune.timeline.events import CallPlacement
 from clocktune.timeline.refs import iter_refs
 
 # Endings speakers add after the part that matters; they are what makes early calls pay off.
@@ -128,10 +129,17 @@ class Turn:
 
 @dataclass
 class Task:
-    """A whole dialogue as a grammar wrote it: one or more turns."""
+    """A whole dialogue as a grammar wrote it: one or more turns.
+
+    Args:
+        kind: The task's kind.
+        turns: Its turns.
+        placements: For an imported conversation, where each call was placed and why (copied into the timeline).
+    """
 
     kind: str
     turns: list[Turn]
+    placements: list[CallPlacement] = field(default_factory=list)
 
 
 @dataclass

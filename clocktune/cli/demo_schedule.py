@@ -192,9 +192,9 @@ class EtaCallback(TrainerCallback):
 
     Args:
         schedule: The demo's schedule.
-        timer: The step timer of the same training (its mean seconds per step).
-        after_steps: Steps to time first: enough to average a slow first step, few enough to answer within the first
-            two minutes of training (beside a CPU-bound process on 2026-12-04 a step took 23 s).
+        timer: The step timer of the same training (its mean seconds per step, warm-up step left out).
+        after_steps: Timed steps to wait for: enough to average out one slow step, few enough to answer within the
+            first two minutes of training (beside a CPU-bound process a step takes 21-25 s, the warm-up step 39 s).
     """
 
     def __init__(self, schedule: DemoSchedule, timer, after_steps: int = 3) -> None:
@@ -229,11 +229,21 @@ class TimeBudget(TrainerCallback):
 
 class StepTimer(TrainerCallback):
     """Adds up the time spent inside optimizer steps (``on_step_begin`` to ``on_step_end``): the training pace
-    without model loading, checkpoints or live evaluation, which run between steps."""
+    without model loading, checkpoints or live evaluation, which run between steps.
 
-    def __init__(self) -> None:
+    The first ``warmup`` steps are not counted: the first step of a run allocates and warms up (39 s against 21-22 s
+    for the next ones beside a CPU-bound process on 2026-12-05), and counted into the pace of the first three steps it
+    made the demo's estimate of its end some 15 minutes late.
+
+    Args:
+        warmup: Steps not counted.
+    """
+
+    def __init__(self, warmup: int = 1) -> None:
         self.seconds = 0.0
         self.steps = 0
+        self.warmup = warmup
+        self._seen = 0
         self._began: float | None = None
 
     def on_step_begin(self, args, state, control, **kwargs) -> None:
@@ -241,8 +251,10 @@ class StepTimer(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
         if self._began is not None:
-            self.seconds += time.monotonic() - self._began
-            self.steps += 1
+            self._seen += 1
+            if self._seen > self.warmup:
+                self.seconds += time.monotonic() - self._began
+                self.steps += 1
             self._began = None
 
     @property

@@ -163,6 +163,52 @@ class GroundTruth:
 
 
 @dataclass(slots=True)
+class ArgumentPlacement:
+    """How one argument value of an imported call was settled (``data_gen.determinable.Reason``).
+
+    Args:
+        path: The value's dotted path in the call's arguments (``$`` for the arguments themselves).
+        kind: ``literal``, ``date``, ``time``, ``enum``, ``count``, ``name`` or ``nights`` (heard in the turn),
+            ``context`` (said before it), ``result`` (an earlier result's), ``unheard``.
+        at_word: Words of the turn heard when it was settled; ``None`` unless heard in the turn.
+        words: The words that settled it, as written.
+        value_kind: What the value is: ``date``, ``time``, ``enum``, ``count``, ``number`` or ``text``.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    path: str
+    kind: str
+    at_word: StrictInt | None = None
+    words: str | None = None
+    value_kind: str = "text"
+
+
+@dataclass(slots=True)
+class CallPlacement:
+    """Where an imported call was placed in the user's words, and why: the earliest determinable point.
+
+    Args:
+        key: The call's key in the task (``t<turn>c<n>``).
+        name: The tool.
+        turn: The user's turn (0-based).
+        at_word: Words of the turn heard when every argument was settled; ``None`` when the words never settle it
+            (the call waits for the end of speech).
+        words: Words of the turn.
+        arguments: How each argument value was settled.
+    """
+
+    __pydantic_config__ = _STRICT
+
+    key: str
+    name: str
+    turn: StrictInt
+    at_word: StrictInt | None
+    words: StrictInt
+    arguments: list[ArgumentPlacement] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class Event:
     """One event on the timeline.
 
@@ -212,6 +258,8 @@ class Timeline:
         context_only: Ids of agent events that carry no training loss, only context. Empty in generated data; in an
             on-policy example (``clocktune rollout``) every action but the expert's label is context: the student's
             own actions are the state it reached, not targets.
+        placements: For an imported conversation, where each call was placed in the user's words and which words
+            settled each argument (``clocktune-datagen show`` lists them). Empty in generated data.
     """
 
     __pydantic_config__ = _STRICT
@@ -226,6 +274,7 @@ class Timeline:
     ground_truth: GroundTruth
     events: list[Event]
     context_only: list[str] = field(default_factory=list)
+    placements: list[CallPlacement] = field(default_factory=list)
 
     def tool(self, name: str) -> ToolSchema | None:
         """Returns the schema of tool ``name``, or ``None`` when the timeline has no such tool."""

@@ -217,10 +217,17 @@ def arrow_schema():
          ("final", pa.bool_()), ("revises", string), ("call_id", string), ("name", string),
          ("arguments", string), ("content", string), ("error", string)]
     )  # fmt: skip
+    argument = pa.struct(
+        [("path", string), ("kind", string), ("at_word", pa.int64()), ("words", string), ("value_kind", string)]
+    )
+    placement = pa.struct(
+        [("key", string), ("name", string), ("turn", pa.int64()), ("at_word", pa.int64()), ("words", pa.int64()),
+         ("arguments", pa.list_(argument))]
+    )  # fmt: skip
     return pa.schema(
         [("id", string), ("domain", string), ("task", string), ("seed", pa.int64()), ("teacher", string),
          ("tools", pa.list_(tool)), ("initial_state", string), ("ground_truth", ground_truth),
-         ("events", pa.list_(event)), ("context_only", pa.list_(string))]
+         ("events", pa.list_(event)), ("context_only", pa.list_(string)), ("placements", pa.list_(placement))]
     )  # fmt: skip
 
 

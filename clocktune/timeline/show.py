@@ -6,7 +6,7 @@ import json
 import os
 
 from clocktune.timeline.analysis import call_records
-from clocktune.timeline.events import Timeline
+from clocktune.timeline.events import CallPlacement, Timeline
 
 _MARK = {"user": "USER ", "agent": "AGENT", "tool": "TOOL ", "system": "SYS  "}
 
@@ -50,7 +50,32 @@ def format_timeline(timeline: Timeline) -> str:
     truth = timeline.ground_truth
     lines.append("ground truth: " + "; ".join(f"{c.name}({json.dumps(c.arguments)})" for c in truth.calls))
     lines.append(f"facts: {truth.facts}")
+    if timeline.placements:
+        lines.append("placed (where each imported call's arguments were settled in the user's words):")
+        lines += [f"  {format_placement(placement)}" for placement in timeline.placements]
     return "\n".join(lines)
+
+
+def format_placement(placement: CallPlacement) -> str:
+    """One line for an imported call's placement: where in its turn, and which words settled each argument.
+
+    Args:
+        placement: The record.
+
+    Returns:
+        E.g. ``t0c0 book_table: turn 0, word 9 of 12: date 'tomorrow' (date, word 4); time ... (time, word 9)``.
+    """
+    where = (
+        f"word {placement.at_word} of {placement.words}"
+        if placement.at_word is not None
+        else f"end of speech ({placement.words} words)"
+    )
+    parts = []
+    for argument in placement.arguments:
+        said = f" {argument.words!r}" if argument.words is not None else ""
+        at = f", word {argument.at_word}" if argument.at_word is not None else ""
+        parts.append(f"{argument.path}{said} ({argument.kind}{at})")
+    return f"{placement.key} {placement.name}: turn {placement.turn}, {where}: " + ("; ".join(parts) or "no values")
 
 
 def draw_gantt(timeline: Timeline, path: str | os.PathLike, words_per_s: float = 3.0) -> None:

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from data_gen.determinable import MISSING, Utterance, accumulate_readings, place
+from clocktune.timeline.events import CallPlacement
+from data_gen.determinable import MISSING, Setting, Utterance, accumulate_readings, call_placement, place
 from data_gen.importers.bfcl.calls import parse_call
 from data_gen.importers.bfcl.errors import BfclError
 from data_gen.importers.bfcl.wheel import read_jsonl
@@ -174,33 +175,40 @@ def _answer(category: str, calls: list[PlannedCall]) -> AnswerFn:
     return answer
 
 
-def _determinable_at(call: PlannedCall, utterance: Utterance, context: Utterance) -> int:
-    def known(value: Any) -> Any:
-        # Values said in earlier turns stay literal: BFCL's calls never reference each other's results.
-        return value if context.heard_at(value) is not None else MISSING
-
-    at = place(call.arguments, utterance, known).at_word
-    return len(utterance.words) if at is None else at
-
-
-def build_task(category: str, turns: list[tuple[list[str], list[tuple[str, dict]]]]) -> Task:
+def build_task(
+    category: str,
+    turns: list[tuple[list[str], list[tuple[str, dict]]]],
+    parameters: dict[str, dict[str, Any]] | None = None,
+) -> Task:
     """The task the teacher plays: per turn, the words and a reading at each call's determinable point.
 
     Args:
         category: BFCL category (the task kind).
         turns: From :func:`plan_turns`.
+        parameters: Each tool's parameters schema (its enums, descriptions and names for the readings of
+            ``data_gen.readings``); ``None``: none.
 
     Returns:
-        The task; each turn's last reading, at its last word, holds all its calls in BFCL's order.
+        The task; each turn's last reading, at its last word, holds all its calls in BFCL's order, and
+        ``placements`` says where and why each call was placed.
     """
     task_turns = []
+    placements: list[CallPlacement] = []
     said: list[str] = []  # the entry's earlier turns: values said there are known from the start of a turn
     for index, (words, calls) in enumerate(turns):
         utterance, context = Utterance(list(words)), Utterance(said)
-        planned = [
-            PlannedCall(f"t{index}c{number}", name, arguments) for number, (name, arguments) in enumerate(calls)
-        ]
-        placed = [(_determinable_at(call, utterance, context), call) for call in planned]
+
+        def known(value: Any, context: Utterance = context) -> Any:
+            # Values said in earlier turns stay literal: BFCL's calls never reference each other's results.
+            return value if context.heard_at(value) is not None else MISSING
+
+        placed = []
+        for number, (name, arguments) in enumerate(calls):
+            call = PlannedCall(f"t{index}c{number}", name, arguments)
+            placement = place(arguments, utterance, known, Setting(parameters=(parameters or {}).get(name, {})))
+            placed.append((len(words) if placement.at_word is None else placement.at_word, call))
+            placements.append(call_placement(call.key, name, index, placement, len(words)))
+        planned = [call for _, call in placed]
         task_turns.append(Turn(list(words), accumulate_readings(placed, len(words)), _answer(category, planned)))
         said += words
-    return Task(category, task_turns)
+    return Task(category, task_turns, placements)

@@ -72,7 +72,8 @@ def entry_timeline(
     classes = list(entry["involved_classes"])
     long_context = "long_context" in category
     tools = tool_schemas(classes, config, bfcl_dir)
-    task = build_task(category, plan_turns(entry, ground_truth, parameter_names(classes, bfcl_dir)))
+    schemas = {tool.name: tool.parameters for tool in tools}
+    task = build_task(category, plan_turns(entry, ground_truth, parameter_names(classes, bfcl_dir)), schemas)
     # The ground truth is what reached the backend, in order: with injected failures (tools.failure_rate) a
     # timed-out call never runs, and the later turns act on the state without it.
     backend = RecordingBackend(BfclBackend(classes, entry["initial_config"], long_context, bfcl_dir))
@@ -110,7 +111,7 @@ def entry_timeline(
     if final_state != backend.state():
         raise BfclError(f"entry {entry_id}: the played-out dialogue ends in another state than its ground truth")
     ground_truth = GroundTruth(calls=calls, final_state=final_state, facts=[])
-    return replace(played.log.timeline, ground_truth=ground_truth)
+    return replace(played.log.timeline, ground_truth=ground_truth, placements=task.placements)
 
 
 def import_bfcl(

@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from clocktune.atomic import atomic_write_lines
 from clocktune.settings_stamp import stamp_settings
-from clocktune.timeline.events import MAX_TIMELINE_S, GroundTruth, Timeline
+from clocktune.timeline.events import MAX_TIMELINE_S, CallPlacement, GroundTruth, Timeline
 from clocktune.timeline.io import Issue, timeline_to_json
 from clocktune.timeline.validate import validate_timeline
 from clocktune.tools import ToolError
@@ -40,10 +40,21 @@ from data_gen.importers.chat.reader import fingerprint, read_rows
 from data_gen.stats import DatasetStats
 from data_gen.writer import MANIFEST
 
-__all__ = ["DEFAULT_MEDIAN_S", "DOMAIN", "SHARD_NAME", "ChatImportError", "conversation_timeline", "import_chat"]
+__all__ = [
+    "AT_END_NAME",
+    "DEFAULT_MEDIAN_S",
+    "DOMAIN",
+    "SHARD_NAME",
+    "ChatImportError",
+    "conversation_timeline",
+    "import_chat",
+    "placement_counts",
+]
 
 DOMAIN = "chat"
 SHARD_NAME = "train-00000-of-00001.jsonl"
+# The source rows whose calls all wait for the end of speech, each with its placements: what the readings miss.
+AT_END_NAME = "calls_at_end.jsonl"
 DEFAULT_MEDIAN_S = 0.6  # recordings state no latencies: every tool gets the project's default median
 
 
@@ -90,7 +101,8 @@ def conversation_timeline(conversation: Conversation, kind: str, seed: int, conf
         ground_truth=GroundTruth(),
         events=[],
     )
-    played = play_task(header, build_task(conversation, kind), backend, config)
+    task = build_task(conversation, kind)
+    played = play_task(header, task, backend, config)
     replay = RecordedBackend(recorded, side_effects)
     for call in backend.calls:
         try:
@@ -100,7 +112,7 @@ def conversation_timeline(conversation: Conversation, kind: str, seed: int, conf
     if replay.state() != backend.state():
         raise ValueError(f"conversation {conversation.id}: the dialogue ends in another state than its replay")
     ground_truth = GroundTruth(calls=backend.calls, final_state=backend.state(), facts=list(played.expert.facts))
-    return replace(played.log.timeline, ground_truth=ground_truth)
+    return replace(played.log.timeline, ground_truth=ground_truth, placements=task.placements)
 
 
 def import_chat(
@@ -114,7 +126,8 @@ def import_chat(
     """Imports conversations as timelines, in the generator's dataset layout.
 
     Writes ``out_dir/data/train-00000-of-00001.jsonl`` (atomically), ``out_dir/generation.json`` (what determines
-    the file) and ``out_dir/stats.json``.
+    the file), ``out_dir/stats.json`` and ``out_dir/calls_at_end.jsonl`` (the rows none of whose calls the words
+    settle before the end of speech, each with its placements).
 
     Args:
         source: A JSON Lines, JSON or Parquet file, a saved ``datasets`` dataset, or a folder of such files.
@@ -125,7 +138,8 @@ def import_chat(
         name: The dataset's name (the timelines' task); defaults to the source's file or folder name.
 
     Returns:
-        ``path`` (the shard), ``written``, ``seconds`` and ``stats`` (what ``stats.json`` holds).
+        ``path`` (the shard), ``written``, ``seconds``, ``stats`` (what ``stats.json`` holds), ``placement``
+        (:func:`placement_counts`), ``at_end`` (rows whose calls all wait for the end) and ``at_end_path``.
 
     Raises:
         ChatImportError: Listing every problem of every bad row (nothing is written).
@@ -147,6 +161,7 @@ def import_chat(
     latency = config.tools.apply(DEFAULT_MEDIAN_S)
     issues: list[Issue] = []
     timelines: list[Timeline] = []
+    at_end: list[str] = []  # source rows (with their placements) whose calls all wait for the end of speech
     seen: set[str] = set()
     for row in read_rows(source, limit):
         if row.record is None:
@@ -177,6 +192,9 @@ def import_chat(
             ]
             continue
         timelines.append(timeline)
+        if timeline.placements and not any(_early(placement) for placement in timeline.placements):
+            placements = [asdict(placement) for placement in timeline.placements]
+            at_end.append(json.dumps({**row.record, "line": row.line, "placements": placements}, default=str) + "\n")
     if issues:
         raise ChatImportError(issues)
     if not timelines:
@@ -202,4 +220,36 @@ def import_chat(
     atomic_write_lines(path, [timeline_to_json(timeline) + "\n" for timeline in timelines])
     summary = stats.to_dict()
     atomic_write_lines(out_dir / "stats.json", [json.dumps(summary, indent=2) + "\n"])
-    return {"path": path, "written": len(timelines), "seconds": time.perf_counter() - started, "stats": summary}
+    atomic_write_lines(out_dir / AT_END_NAME, at_end)
+    return {
+        "path": path,
+        "written": len(timelines),
+        "seconds": time.perf_counter() - started,
+        "stats": summary,
+        "placement": placement_counts(timelines),
+        "at_end": len(at_end),
+        "at_end_path": out_dir / AT_END_NAME,
+    }
+
+
+def _early(placement: CallPlacement) -> bool:
+    return placement.at_word is not None and placement.at_word < placement.words
+
+
+def placement_counts(timelines: list[Timeline]) -> dict[str, dict[str, int]]:
+    """Per kind of argument value (``date``, ``time``, ``enum``, ``count``, ``number``, ``text``): how many calls with
+    such an argument were placed before the end of speech (``early``) and how many stayed there (``end``).
+
+    Args:
+        timelines: Imported timelines (their ``placements``).
+
+    Returns:
+        ``{kind: {"early": n, "end": m}}``, kinds sorted.
+    """
+    counts: dict[str, dict[str, int]] = {}
+    for timeline in timelines:
+        for placement in timeline.placements:
+            outcome = "early" if _early(placement) else "end"
+            for kind in {argument.value_kind for argument in placement.arguments} or {"no values"}:
+                counts.setdefault(kind, {"early": 0, "end": 0})[outcome] += 1
+    return dict(sorted(counts.items()))

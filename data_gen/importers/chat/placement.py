@@ -23,15 +23,29 @@ Strings of one character are left out: they match by chance.
 
 from __future__ import annotations
 
+import datetime
 import itertools
+import re
 from collections.abc import Iterator
 from typing import Any
 
-from data_gen.determinable import MISSING, Utterance, accumulate_readings, leaves, place, value_forms
+from clocktune.timeline.events import CallPlacement
+from data_gen.determinable import (
+    MISSING,
+    Setting,
+    Utterance,
+    accumulate_readings,
+    call_placement,
+    leaves,
+    place,
+    tokens,
+    value_forms,
+)
 from data_gen.importers.chat.conversation import Conversation, RecordedCall
+from data_gen.readings.dates import MONTHS, iso_date
 from data_gen.task import Answer, PlannedCall, Task, Turn
 
-__all__ = ["answer_facts", "build_task", "find_path", "responses"]
+__all__ = ["answer_facts", "build_task", "date_in_text", "find_path", "responses"]
 
 
 def find_path(result: Any, value: Any) -> str | None:
@@ -144,6 +158,62 @@ class _FactIndex:
         return facts
 
 
+# Keys under which a result names the thing whose identifier sits beside them ("the Grand Plaza" for its id).
+NAME_KEYS = frozenset({"name", "title", "label", "display_name", "full_name"})
+_ISO_IN_TEXT = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_MONTH_DAY_YEAR = re.compile(
+    r"\b(january|february|march|april|may|june|july|august|september|october|november|december)\s+(\d{1,2})"
+    r"(?:st|nd|rd|th)?,?\s+(\d{4})\b",
+    re.IGNORECASE,
+)
+
+
+def date_in_text(text: str) -> datetime.date | None:
+    """The first date a text writes out (``2026-03-09`` or ``March 9, 2026``), or ``None``."""
+    found = []
+    for match in _ISO_IN_TEXT.finditer(text):
+        found.append((match.start(), iso_date(match.group())))
+    for match in _MONTH_DAY_YEAR.finditer(text):
+        month = MONTHS.index(match.group(1).lower()) + 1
+        try:
+            found.append((match.start(), datetime.date(int(match.group(3)), month, int(match.group(2)))))
+        except ValueError:
+            continue
+    found = [item for item in found if item[1] is not None]
+    return min(found, key=lambda item: item[0])[1] if found else None
+
+
+def _anchors(conversation: Conversation) -> Iterator[datetime.date | None]:
+    """The date each turn's relative dates are read against: the system messages' date, else the first one written in
+    an earlier turn, else the latest date argument of an earlier call (each text read once)."""
+    written = date_in_text(conversation.system)
+    called = None
+    for turn in conversation.turns:
+        yield written or called
+        written = written or date_in_text(turn.text)
+        for call in turn.calls:
+            for _, leaf in leaves(call.arguments):
+                called = iso_date(leaf) or called
+
+
+def _names(result: Any) -> Iterator[tuple[Any, str]]:
+    # (identifier, name) for each object of a result that names itself beside other scalars.
+    stack = [result]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            names = [value for key, value in item.items() if key in NAME_KEYS and isinstance(value, str)]
+            for key, value in item.items():
+                if isinstance(value, (dict, list)):
+                    stack.append(value)
+                elif key not in NAME_KEYS and value_forms(value):
+                    for name in names:
+                        if len(tokens(name)) and name != value:
+                            yield value, name
+
+
 def build_task(conversation: Conversation, kind: str) -> Task:
     """The task of a conversation.
 
@@ -167,7 +237,10 @@ def build_task(conversation: Conversation, kind: str) -> Task:
     indexed = 0
     results = _FactIndex()
     turns = []
-    for turn_index, chat_turn in enumerate(conversation.turns):
+    placements: list[CallPlacement] = []
+    schemas = {tool.name: tool for tool in conversation.tools}
+    names: dict[tuple[type, Any], list[str]] = {}  # identifiers an earlier result named
+    for turn_index, (chat_turn, anchor) in enumerate(zip(conversation.turns, _anchors(conversation), strict=True)):
         words = spoken[turn_index]
         utterance = Utterance(words)
         placed: list[tuple[int, PlannedCall]] = []
@@ -179,6 +252,10 @@ def build_task(conversation: Conversation, kind: str) -> Task:
                 visible, round_ = len(sources), call.round
             sources.append((key, call))
             for source_key, source in sources[indexed:visible]:
+                for value, name in _names(source.result):
+                    key_of = _leaf_key(value)
+                    if key_of is not None and name not in names.setdefault(key_of, []):
+                        names[key_of].append(name)
                 paths: dict[tuple[type, Any], str] = {}
                 for path, leaf in _reference_leaves(source.result):
                     leaf_key = _leaf_key(leaf)
@@ -194,14 +271,17 @@ def build_task(conversation: Conversation, kind: str) -> Task:
                 reference = latest.get(_leaf_key(value))
                 return MISSING if reference is None else {"$ref": reference}
 
-            placement = place(call.arguments, utterance, available)
+            tool = schemas.get(call.name)
+            setting = Setting(anchor, tool.parameters if tool is not None else {}, names)
+            placement = place(call.arguments, utterance, available, setting)
             at = placement.at_word if placement.at_word is not None else len(words)
+            placements.append(call_placement(key, call.name, turn_index, placement, len(words)))
             placed.append((at, PlannedCall(key, call.name, placement.arguments)))
         for call in chat_turn.calls:
             results.add(call.result)
         answer = Answer(chat_turn.answer, results.facts(chat_turn.answer))
         turns.append(Turn(words, accumulate_readings(placed, len(words)), lambda _results, a=answer: a))
-    return Task(kind, turns)
+    return Task(kind, turns, placements)
 
 
 def responses(conversation: Conversation) -> list[dict[str, Any]]:
