@@ -14,10 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from clocktune.runtime.play import run_policy
+from clocktune.runtime.scripted import ScriptedPolicy
+from clocktune.runtime.session import SessionConfig
 from clocktune.timeline import read_timelines
 from clocktune.timeline.events import ArgumentPlacement, LatencyModel
+from data_gen.backends import make_backend
 from data_gen.cli import main as datagen_main
 from data_gen.determinable import Setting, Utterance, place
+from data_gen.importers.chat import import_chat
 from data_gen.importers.chat.conversation import parse_conversation
 from data_gen.importers.chat.placement import build_task
 from data_gen.readings.clock_times import clock_time
@@ -183,3 +188,25 @@ def test_import_chat_records_why_each_call_was_placed_reports_each_kind_and_list
     assert timelines[0].placements[0].arguments[-1] == ArgumentPlacement("date", "date", 9, "tomorrow", "date")
     assert datagen_main(["show", str(out / "data" / "train-00000-of-00001.jsonl"), "--index", "0"]) == 0
     assert "t0c0 search_flights: turn 0, word 9 of 13: " in capsys.readouterr().out
+
+
+def test_the_fixture_imports_and_the_oracle_and_teachers_replay_it_at_accuracy_one(tmp_path):
+    result = import_chat(FIXTURE, tmp_path / "readings", seed=0)
+    timelines = read_timelines(result["path"])
+    assert len(timelines) == len(ROWS)
+    for name in ("oracle", "speculative", "sync"):
+        run = run_policy(name, timelines, lambda t, n=name: ScriptedPolicy(t, n), make_backend, SessionConfig())
+        assert [r.failure for r in run.results] == [None] * len(timelines), name
+        assert sum(r.accurate for r in run.results) == len(timelines), name
+    # Calls the readings settle before the end of speech are issued before it: the speculative teacher's first call
+    # of "date-tomorrow" comes before the user's last chunk.
+    tomorrow = next(timeline for timeline in timelines if timeline.id == "date-tomorrow")
+    first_call = next(event.t for event in tomorrow.events if event.kind == "tool_call")
+    last_chunk = max(event.t for event in tomorrow.events if event.kind == "user_chunk")
+    assert first_call < last_chunk
+
+
+def test_an_identifier_named_for_a_thing_is_not_a_count_of_it():
+    # BFCL's ticket_id: "a ticket" is not ticket 1.
+    assert _heard("open a ticket for me, number 1", {"ticket_id": 1})[1]["ticket_id"][0] == "literal"
+    assert _heard("a table for 4", {"party_size": 4})[1]["party_size"][0] == "count"

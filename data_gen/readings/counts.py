@@ -53,11 +53,22 @@ _PEOPLE_AFTER_FOR = frozenset(["at", "on", "tonight", "tomorrow", "today", "plea
 
 
 def counted_noun(parameter: str, tokens) -> str | None:
-    """The counted thing an argument's name holds (``num_children`` → ``children``), or ``None``."""
-    for token in tokens(parameter):
-        for thing, names in COUNTED.items():
-            if token in names:
-                return thing
+    """The counted thing an argument's name ends in (``num_children`` → ``children``; ``party_size``, ``seat_count``
+    too), or ``None``: ``ticket_id`` names a ticket, it does not count them.
+
+    Args:
+        parameter: The argument's name.
+        tokens: The normaliser of ``data_gen.determinable``.
+
+    Returns:
+        A key of :data:`COUNTED`, or ``None``.
+    """
+    words = tokens(parameter)
+    if len(words) >= 2 and words[-1] in ("size", "count", "total"):
+        words = words[:-1]
+    for thing, names in COUNTED.items():
+        if words and words[-1] in names:
+            return thing
     return None
 
 
