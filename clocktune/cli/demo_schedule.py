@@ -244,6 +244,7 @@ class StepTimer(TrainerCallback):
         self.steps = 0
         self.warmup = warmup
         self._seen = 0
+        self._warmup_seconds = 0.0
         self._began: float | None = None
 
     def on_step_begin(self, args, state, control, **kwargs) -> None:
@@ -255,9 +256,13 @@ class StepTimer(TrainerCallback):
             if self._seen > self.warmup:
                 self.seconds += time.monotonic() - self._began
                 self.steps += 1
+            else:
+                self._warmup_seconds += time.monotonic() - self._began
             self._began = None
 
     @property
     def seconds_per_step(self) -> float | None:
-        """Mean seconds per timed step; ``None`` before the first."""
-        return self.seconds / self.steps if self.steps else None
+        """Mean seconds per timed step (the warm-up's when no other step ran); ``None`` before the first."""
+        if self.steps:
+            return self.seconds / self.steps
+        return self._warmup_seconds / self._seen if self._seen else None
