@@ -212,56 +212,46 @@ class _Hearer:
         return words[mention.end].word + 1, self.utterance.words_of(mention.start, mention.end)
 
     def _settled(self, kind: str, value: Any, mentions: list[Mention]) -> Reason | None:
-        mention = settled_by(value, mentions, self.utterance.readable)
+        mention = settled_by(value, mentions, self.utterance.readable, self.utterance.corrections)
         return None if mention is None else Reason("", kind, *self._at(mention))
 
-    def _literal(self, value: Any, weekday: bool = True) -> Reason | None:
-        best = None
-        for form in value_forms(value, weekday):
-            end = self.utterance._find(form)
-            if end is not None and (best is None or end < best[1]):
-                best = (end - len(form) + 1, end)
-        if best is None:
+    def _first(self, kind: str, forms: list[list[str]]) -> Reason | None:
+        # The form heard first, by the literal rule.
+        found = self.utterance.first_span(forms)
+        if found is None:
             return None
-        return Reason("", "literal", self.utterance.tokens[best[1]].word + 1, self.utterance.words_of(*best))
+        return Reason("", kind, self.utterance.tokens[found[1]].word + 1, self.utterance.words_of(*found))
 
-    def hear(self, path: str, value: Any) -> Reason | None:
-        """How the turn settles the value at ``path``, or ``None`` when it does not."""
+    def hear(self, path: str, value: Any, kind: str) -> Reason | None:
+        """How the turn settles the value at ``path`` (of :func:`value_kind` ``kind``), or ``None`` when it does not."""
         parts = path.split(".") if path else []
-        schema = _schema_at(self.setting.parameters, parts)
         name = next((part for part in reversed(parts) if not part.isdigit()), "")
         words = self.utterance.readable
-        members = schema.get("enum")
-        if isinstance(value, str) and isinstance(members, list) and value in members:
-            strings = [member for member in members if isinstance(member, str)]
+        if kind == "enum":
+            schema = _schema_at(self.setting.parameters, parts)
+            strings = [member for member in schema["enum"] if isinstance(member, str)]
             description = schema.get("description") if isinstance(schema.get("description"), str) else ""
             return self._settled("enum", value, enum_mentions(words, strings, name, description, tokens))
-        if clock_time(value) is not None:
+        if kind == "time":
             times = self._mentions("time", lambda: time_mentions(words, self.utterance.words))
             return self._settled("time", clock_time(value), times)
-        found: list[Reason] = []
+        found: list[Reason | None] = []
         anchor = self.setting.anchor
-        if iso_date(value) is not None and anchor is not None:
+        if kind == "date" and anchor is not None:
             dates = self._mentions(("date", anchor), lambda: date_mentions(words, anchor))
             found.append(self._settled("date", iso_date(value).isoformat(), dates))
-            found.append(self._literal(value, weekday=False))
-        elif isinstance(value, int) and not isinstance(value, bool) and counted_noun(name, tokens) is not None:
+            found.append(self._first("literal", value_forms(value, weekday=False)))
+        elif kind == "count":
             thing = counted_noun(name, tokens)
             counts = count_mentions(words, thing)
             if counts or any(word.text in COUNTED[thing] for word in words):
                 return self._settled("count", value, counts)
-            found.append(self._literal(value))
+            found.append(self._first("literal", value_forms(value)))
         else:
-            found.append(self._literal(value))
-        for said in self.setting.names.get(leaf_key(value), ()):
-            end = self.utterance._find(tokens(said))
-            if end is not None:
-                start = end - len(tokens(said)) + 1
-                found.append(
-                    Reason("", "name", self.utterance.tokens[end].word + 1, self.utterance.words_of(start, end))
-                )
-        found = [reason for reason in found if reason is not None]
-        return min(found, key=lambda reason: reason.at_word) if found else None
+            found.append(self._first("literal", value_forms(value)))
+        found += [self._first("name", [tokens(said)]) for said in self.setting.names.get(leaf_key(value), ())]
+        heard = [reason for reason in found if reason is not None]
+        return min(heard, key=lambda reason: reason.at_word) if heard else None
 
     def nights(self, value: Any, heard: dict[str, _Heard]) -> Reason | None:
         """A check-out date said as a stay's length after another date of the call was heard ("for three nights")."""
@@ -302,13 +292,16 @@ def place(
     Returns:
         The placement.
     """
-    hearer = _Hearer(utterance, setting or Setting())
+    setting = setting or Setting()
+    hearer = _Hearer(utterance, setting)
     heard: dict[str, _Heard] = {}
     pending: list[tuple[str, Any]] = []  # values the words did not settle by themselves
+    kinds: dict[str, str] = {}
     for path, value in leaves(arguments):
         if not value_forms(value):
             continue  # flags and nulls: nothing to hear
-        reason = hearer.hear(path, value)
+        kinds[path] = value_kind(path, value, setting)
+        reason = hearer.hear(path, value, kinds[path])
         if reason is not None:
             heard[path] = _Heard(value, replace(reason, path=path or "$"))
         else:
@@ -339,12 +332,7 @@ def place(
             return [fill(item, f"{path}.{index}" if path else str(index)) for index, item in enumerate(value)]
         return value
 
-    setting = setting or Setting()
-    ordered = [
-        replace(reasons[path], value_kind=value_kind(path, value, setting))
-        for path, value in leaves(arguments)
-        if path in reasons
-    ]
+    ordered = [replace(reasons[path], value_kind=kinds[path]) for path, _ in leaves(arguments) if path in reasons]
     at_words = [reason.at_word for reason in ordered if reason.at_word is not None]
     at_word = max(at_words) if at_words and not unresolved else None
     return Placement(at_word, fill(arguments, ""), unresolved, ordered)

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from data_gen.readings import Mention, Word
+from data_gen.readings import Mention, Word, corrections
 
-__all__ = ["Utterance", "number_text", "tokens", "value_forms"]
+__all__ = ["MONTHS", "ORDINAL_WORDS", "WEEKDAYS", "Utterance", "number_text", "tokens", "value_forms"]
 
 _TOKEN = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|\d+(?:\.\d+)?(?:st|nd|rd|th)?|[^\W\d_]+")
 _ORDINAL_DIGITS = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
@@ -35,12 +35,12 @@ _SMALL: dict[str, int] = {word: value for value, word in enumerate(_UNITS)}
 _SMALL.update({word: 20 + 10 * index for index, word in enumerate(_TENS)})
 _SMALL.update({word: value for value, word in enumerate(_ORDINALS)})
 _SMALL.update({word[:-1] + "ieth": 20 + 10 * index for index, word in enumerate(_TENS)})  # twentieth, thirtieth
-_ORDINAL_WORDS = frozenset(_ORDINALS) | {word[:-1] + "ieth" for word in _TENS}
+ORDINAL_WORDS = frozenset(_ORDINALS) | {word[:-1] + "ieth" for word in _TENS}
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
-_MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december"]  # fmt: skip
-_MONTH_ALIASES = {name[:3]: name for name in _MONTHS} | {"sept": "september"}
-_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_MONTH_ALIASES = {name[:3]: name for name in MONTHS} | {"sept": "september"}
+WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _ISO_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 
 _PAUSES = frozenset(",.;:!?)")
@@ -80,7 +80,7 @@ def _number_run(raw: list[tuple[str, int, int, int]], index: int) -> tuple[int, 
                 break
             current += value
             last += 1
-            if text in _ORDINAL_WORDS:
+            if text in ORDINAL_WORDS:
                 break  # an ordinal ends a number ("first second" is two)
         elif text in _SCALES and last > index and (current or total):
             scale = _SCALES[text]
@@ -158,8 +158,8 @@ def value_forms(value: Any, weekday: bool = True) -> list[list[str]]:
             date = datetime.date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
         except ValueError:
             return forms
-        month, day = _MONTHS[date.month - 1], str(date.day)
-        forms += [[month, day], [day, month], [day, "of", month]] + ([[_WEEKDAYS[date.weekday()]]] if weekday else [])
+        month, day = MONTHS[date.month - 1], str(date.day)
+        forms += [[month, day], [day, month], [day, "of", month]] + ([[WEEKDAYS[date.weekday()]]] if weekday else [])
     return forms
 
 
@@ -205,6 +205,7 @@ class Utterance:
         self._starts = list(itertools.accumulate((len(text) + 1 for text in self._texts[:-1]), initial=0))
         self._found: dict[tuple[str, ...], int | None] = {}
         self._readable: list[Word] | None = None
+        self._corrections: list[int] | None = None
         self.mentions: dict[Any, list[Mention]] = {}  # the readers' mentions, kept for the turn's other calls
 
     @property
@@ -217,6 +218,13 @@ class Utterance:
                 pause = last_of_word and self.words[token.word][-1:] in _PAUSES
                 self._readable.append(Word(token.text, self.text[token.start : token.end].lower(), token.word, pause))
         return self._readable
+
+    @property
+    def corrections(self) -> list[int]:
+        """The readable tokens that start a correction (:func:`data_gen.readings.corrections`; found on first use)."""
+        if self._corrections is None:
+            self._corrections = corrections(self.readable)
+        return self._corrections
 
     def words_of(self, start: int, end: int) -> str:
         """The text of tokens ``start`` to ``end``, as written."""
@@ -243,6 +251,15 @@ class Utterance:
             self._found[key] = found
         return self._found[key]
 
+    def first_span(self, forms: Iterable[list[str]]) -> tuple[int, int] | None:
+        """The tokens (first, last) of the form heard first, each form at its first occurrence, or ``None``."""
+        best: tuple[int, int] | None = None
+        for form in forms:
+            end = self._find(form)
+            if end is not None and (best is None or end < best[1]):
+                best = (end - len(form) + 1, end)
+        return best
+
     def heard_at(self, value: Any) -> int | None:
         """After how many words the value has first been heard, or ``None`` if it never is.
 
@@ -252,17 +269,10 @@ class Utterance:
         Returns:
             ``k`` such that the first ``k`` words hold one of the value's forms, the smallest such ``k``.
         """
-        ends = [self._find(form) for form in value_forms(value)]
-        ends = [self.tokens[end].word + 1 for end in ends if end is not None]
-        return min(ends) if ends else None
+        found = self.first_span(value_forms(value))
+        return None if found is None else self.tokens[found[1]].word + 1
 
     def span(self, value: Any) -> str | None:
         """The text in which the value is first heard, exactly as written (for answer facts), or ``None``."""
-        best: tuple[int, int] | None = None
-        for form in value_forms(value):
-            end = self._find(form)
-            if end is not None and (best is None or end < best[1]):
-                best = (end - len(form) + 1, end)
-        if best is None:
-            return None
-        return self.text[self.tokens[best[0]].start : self.tokens[best[1]].end]
+        found = self.first_span(value_forms(value))
+        return None if found is None else self.words_of(*found)

@@ -75,7 +75,7 @@ def corrections(words: list[Word]) -> list[int]:
     return found
 
 
-def settled_by(value: object, mentions: Iterable[Mention], words: list[Word]) -> Mention | None:
+def settled_by(value: object, mentions: Iterable[Mention], words: list[Word], taken: list[int]) -> Mention | None:
     """The mention at which ``value`` is settled: the first that may mean it, neither negated ("not Friday") nor
     corrected later by a mention that may not ("Friday, no, Saturday" settles no Friday).
 
@@ -83,6 +83,7 @@ def settled_by(value: object, mentions: Iterable[Mention], words: list[Word]) ->
         value: The canonical value.
         mentions: Every mention of one kind in the turn (the kind whose later mentions could change the value).
         words: The turn's tokens.
+        taken: The tokens that start a correction (:func:`corrections` of ``words``, found once per turn).
 
     Returns:
         The settling mention, or ``None``.
@@ -92,7 +93,6 @@ def settled_by(value: object, mentions: Iterable[Mention], words: list[Word]) ->
     # only the first correction after it and the last such mention need comparing (time linear in the mentions).
     others = [mention.start for mention in ordered if value not in mention.values]
     last_other = max(others, default=-1)
-    taken = corrections(words) if others else []
     for mention in ordered:
         if value not in mention.values:
             continue

@@ -20,15 +20,13 @@ from __future__ import annotations
 import re
 
 from data_gen.readings import CORRECTIONS, Mention, Word
+from data_gen.spoken import WEEKDAYS
 
 __all__ = ["clock_time", "time_mentions"]
 
 _VALUE = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)(?::00)?$")
 _TWENTY_FOUR = re.compile(r"^(?:(0\d|1[3-9]|2[0-3])):([0-5]\d)\b")
-_FILLER = frozenset(
-    ["in", "the", "this", "at", "o", "clock", "on", "tomorrow", "today", "monday", "tuesday", "wednesday", "thursday",
-     "friday", "saturday", "sunday"]
-)  # fmt: skip
+_FILLER = frozenset(["in", "the", "this", "at", "o", "clock", "on", "tomorrow", "today", *WEEKDAYS])
 # How far after a time its part of the day may come, and what may not stand between.
 _LATER_PART = 8
 _NOT_BETWEEN = frozenset(["at", "half", "quarter", "past", "noon", "midnight", "midday", "am", "pm", "o", "clock"])

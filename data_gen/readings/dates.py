@@ -24,18 +24,11 @@ import datetime
 import re
 
 from data_gen.readings import Mention, Word
+from data_gen.spoken import MONTHS, ORDINAL_WORDS, WEEKDAYS
 
-__all__ = ["MONTHS", "date_mentions", "iso_date", "nights"]
+__all__ = ["date_mentions", "iso_date", "nights"]
 
-_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-          "november", "december")  # fmt: skip
 _ORDINAL = re.compile(r"^(\d{1,2})(st|nd|rd|th)$")
-_ORDINAL_WORDS = frozenset(
-    ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "eleventh",
-     "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth", "eighteenth", "nineteenth",
-     "twentieth", "thirtieth"]
-)  # fmt: skip
 # What may follow "the 3rd" when it is a date, not "the 3rd floor": a pause, or one of these.
 _AFTER_DAY = frozenset(
     ["at", "for", "in", "please", "and", "or", "then", "through", "till", "until", "to", "from", "morning", "evening",
@@ -68,7 +61,7 @@ def _next_month(date: datetime.date) -> tuple[int, int]:
 
 def _day_number(word: Word) -> int | None:
     # An ordinal as written: "3rd" or "third"/"twenty third" (the canonical text holds its number).
-    if _ORDINAL.match(word.raw) or word.raw in _ORDINAL_WORDS:
+    if _ORDINAL.match(word.raw) or word.raw in ORDINAL_WORDS:
         return int(word.text) if word.text.isdigit() else None
     return None
 
@@ -104,8 +97,8 @@ def date_mentions(words: list[Word], anchor: datetime.date) -> list[Mention]:
                 add(index - 2 - (text(index - 3) == "the"), index, anchor + 2 * day)
             else:
                 add(index, index, anchor + day)
-        elif current in _WEEKDAYS:
-            ahead = (_WEEKDAYS.index(current) - anchor.weekday()) % 7 or 7
+        elif current in WEEKDAYS:
+            ahead = (WEEKDAYS.index(current) - anchor.weekday()) % 7 or 7
             first = anchor + ahead * day
             if before in ("last", "past", "previous"):
                 continue
@@ -115,7 +108,7 @@ def date_mentions(words: list[Word], anchor: datetime.date) -> list[Mention]:
             saturday = anchor + (5 - anchor.weekday()) * day
             add(index - 1, index, saturday, saturday + 7 * day if before == "next" else None)
         elif current in ("day", "days", "week", "weeks") and index >= 1:
-            count = before if before.isdigit() else "1" if before in ("a", "one") else None
+            count = before if before.isdigit() else "1" if before == "a" else None  # "one" is already "1"
             unit = 7 if current.startswith("week") else 1
             if count is not None and text(index - 2) == "in":
                 add(index - 2, index, anchor + int(count) * unit * day)
@@ -152,6 +145,6 @@ def nights(words: list[Word]) -> list[tuple[int, int]]:
             count = words[index - 1].text
             if count.isdigit():
                 found.append((int(count), index))
-            elif count in ("a", "one"):
+            elif count == "a":  # "one" is already "1"
                 found.append((1, index))
     return found

@@ -36,13 +36,15 @@ from data_gen.determinable import (
     Utterance,
     accumulate_readings,
     call_placement,
+    leaf_key,
     leaves,
     place,
     tokens,
     value_forms,
 )
 from data_gen.importers.chat.conversation import Conversation, RecordedCall
-from data_gen.readings.dates import MONTHS, iso_date
+from data_gen.readings.dates import iso_date
+from data_gen.spoken import MONTHS
 from data_gen.task import Answer, PlannedCall, Task, Turn
 
 __all__ = ["answer_facts", "build_task", "date_in_text", "find_path", "responses"]
@@ -88,15 +90,6 @@ def _has_dotted_key(result: Any, parts: list[str]) -> bool:
     return False
 
 
-def _leaf_key(leaf: Any) -> tuple[type, Any] | None:
-    # A dictionary key that is equal exactly when find_path's test is (same type, equal value); None: unhashable.
-    try:
-        hash(leaf)
-    except TypeError:
-        return None
-    return type(leaf), leaf
-
-
 def answer_facts(text: str, results: list[Any]) -> list[str]:
     """The result values an answer repeats, as it writes them.
 
@@ -129,7 +122,7 @@ class _FactIndex:
     def add(self, result: Any) -> None:
         """Indexes the values of one more result (after those already added)."""
         for _, value in leaves(result):
-            key = _leaf_key(value)
+            key = leaf_key(value)
             if key is None or key in self._first:
                 continue
             self._first[key] = len(self._values)
@@ -204,14 +197,14 @@ def _names(result: Any) -> Iterator[tuple[Any, str]]:
         if isinstance(item, list):
             stack.extend(item)
         elif isinstance(item, dict):
-            names = [value for key, value in item.items() if key in NAME_KEYS and isinstance(value, str)]
+            names = [
+                value for key, value in item.items() if key in NAME_KEYS and isinstance(value, str) and tokens(value)
+            ]
             for key, value in item.items():
                 if isinstance(value, (dict, list)):
                     stack.append(value)
                 elif key not in NAME_KEYS and value_forms(value):
-                    for name in names:
-                        if len(tokens(name)) and name != value:
-                            yield value, name
+                    yield from ((value, name) for name in names if name != value)
 
 
 def build_task(conversation: Conversation, kind: str) -> Task:
@@ -253,14 +246,14 @@ def build_task(conversation: Conversation, kind: str) -> Task:
             sources.append((key, call))
             for source_key, source in sources[indexed:visible]:
                 for value, name in _names(source.result):
-                    key_of = _leaf_key(value)
+                    key_of = leaf_key(value)
                     if key_of is not None and name not in names.setdefault(key_of, []):
                         names[key_of].append(name)
                 paths: dict[tuple[type, Any], str] = {}
                 for path, leaf in _reference_leaves(source.result):
-                    leaf_key = _leaf_key(leaf)
-                    if leaf_key is not None:
-                        paths.setdefault(leaf_key, f"{source_key}.{path}" if path else source_key)
+                    reference_key = leaf_key(leaf)
+                    if reference_key is not None:
+                        paths.setdefault(reference_key, f"{source_key}.{path}" if path else source_key)
                 latest.update(paths)
             indexed = max(indexed, visible)
 
@@ -268,7 +261,7 @@ def build_task(conversation: Conversation, kind: str) -> Task:
                 heard = context.heard_at(value)
                 if heard is not None and heard <= heard_before:
                     return value
-                reference = latest.get(_leaf_key(value))
+                reference = latest.get(leaf_key(value))
                 return MISSING if reference is None else {"$ref": reference}
 
             tool = schemas.get(call.name)
