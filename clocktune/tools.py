@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from clocktune.timeline.events import Timeline
 
-__all__ = ["BackendFactory", "BrokenCallError", "ToolBackend", "ToolError"]
+__all__ = ["BackendFactory", "BrokenCallError", "RemoteTools", "ToolBackend", "ToolError"]
 
 
 class ToolError(Exception):
@@ -38,6 +38,24 @@ class ToolBackend(Protocol):
     """
 
     sequential: bool
+
+    def execute(self, name: str, arguments: dict[str, Any]) -> Any: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+
+class RemoteTools(Protocol):
+    """A backend some of whose tools run elsewhere: a live client's own tools (``clocktune serve``).
+
+    For a tool it answers ``remote(name)`` true for, the executor does not call ``execute``: it sends the call with
+    :meth:`request` and waits (up to its timeout) for ``ToolExecutor.answer``; the call's latency is the real one.
+    """
+
+    sequential: bool
+
+    def remote(self, name: str) -> bool: ...
+
+    def request(self, call_id: str, version: int, name: str, arguments: dict[str, Any]) -> None: ...
 
     def execute(self, name: str, arguments: dict[str, Any]) -> Any: ...
 

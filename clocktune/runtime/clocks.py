@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 from clocktune.clock import DeviceProfile
 from clocktune.runtime.policy import Decision, Policy
 from clocktune.runtime.virtual_clock import VirtualClockLoop, run_virtual
-from clocktune.runtime.wall_clock import on_calling_thread, run_wall
+from clocktune.runtime.wall_clock import engine_work, on_calling_thread, run_wall
 
 T = TypeVar("T")
 
@@ -101,7 +101,17 @@ class WallClock:
         return run_wall(main)
 
     async def decide(self, policy: Policy, t: float) -> Decision:
-        """Runs ``policy.act(t)`` on the calling thread, or in a worker thread when the policy is ``io_bound``."""
+        """Runs ``policy.act(t)`` on the calling thread, or in a worker thread when the policy is ``io_bound``.
+
+        A policy with a model engine (``batchable``) hands its work to the engine on the calling thread, which packs
+        the work of every live session waiting at once into one forward (``wall_clock.engine_work``); a failure of
+        that work is the session's own notice, as on the virtual clock.
+        """
+        if getattr(policy, "batchable", False):
+            result, error = await engine_work(policy.engine, policy.engine_session, policy.act_work(t))
+            if error is not None:
+                return Decision(None, 0, f"the model failed: {type(error).__name__}: {error}")
+            return result
         if policy.io_bound:
             return await asyncio.to_thread(policy.act, t)  # sessions overlap their waits on the network
         return await on_calling_thread(policy.act, t)

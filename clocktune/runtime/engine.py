@@ -30,6 +30,7 @@ the batch goes on.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import deque
@@ -41,7 +42,16 @@ import torch
 
 from clocktune.runtime.incremental import streaming_mask
 
-__all__ = ["ATTENTION", "Engine", "EngineSession", "Forward", "ModelWork", "default_batch_size", "drive"]
+__all__ = [
+    "ATTENTION",
+    "Engine",
+    "EngineSession",
+    "Forward",
+    "ModelWork",
+    "default_batch_size",
+    "drive",
+    "request_error",
+]
 
 # The name under which the per-session attention is registered with transformers' AttentionInterface.
 ATTENTION = "clocktune_engine"
@@ -98,6 +108,19 @@ def drive(work: ModelWork, forward: Callable[[Forward], torch.Tensor]) -> Any:
             request = work.send(forward(request))
     except StopIteration as stop:
         return stop.value
+
+
+def request_error(session: EngineSession, request: Forward) -> str | None:
+    """Why ``request`` cannot run over ``session``'s cache, or ``None``: checked per session before a batch is packed,
+    so that one session's malformed request fails that session alone."""
+    count = len(request.ids)
+    if count == 0 or not 1 <= request.rows <= count:
+        return f"a forward needs ids and 1..{count} rows of logits, got {count} ids, {request.rows}"
+    if len(request.times) != count:
+        return f"a forward needs a time per id: {count} ids, {len(request.times)} times"
+    if len(request.visible_until) < session.length + count:
+        return f"a forward needs visibility for {session.length + count} tokens, got {len(request.visible_until)}"
+    return None
 
 
 class EngineSession:
@@ -291,9 +314,10 @@ class Engine:
         positions: list[int] = []
         keep: list[int] = []
         for session, request in batch:
+            problem = request_error(session, request)
+            if problem is not None:
+                raise ValueError(problem)
             count = len(request.ids)
-            if count == 0 or not 1 <= request.rows <= count:
-                raise ValueError(f"a forward needs ids and 1..{count} rows of logits, got {count} ids, {request.rows}")
             past = session.length
             mask = streaming_mask(past, request.times, request.visible_until, self.dtype, self.device)
             rows.append(_Row(session, len(ids), count, past, mask))
@@ -369,10 +393,22 @@ class Engine:
         Returns:
             How many sessions' forwards ran (0 when none was waiting).
         """
-        batch = [self.waiting.popleft() for _ in range(min(self.batch_size, len(self.waiting)))]
+        batch = []
+        while self.waiting and len(batch) < self.batch_size:
+            item = self.waiting.popleft()
+            problem = request_error(item.session, item.request)
+            if problem is None:
+                batch.append(item)
+            else:
+                self._fail(item, ValueError(problem))
         if not batch:
             return 0
-        results = self.forward([(item.session, item.request) for item in batch])
+        try:
+            results = self.forward([(item.session, item.request) for item in batch])
+        except Exception as error:  # noqa: BLE001 - a failed forward ends its sessions' work, not the engine
+            for item in batch:
+                self._fail(item, error)
+            return len(batch)
         for item, logits in zip(batch, results, strict=True):
             try:
                 item.request = item.work.send(logits)
@@ -384,3 +420,14 @@ class Engine:
                 continue
             self.waiting.append(item)
         return len(batch)
+
+    @staticmethod
+    def _fail(item: _Waiting, error: BaseException) -> None:
+        item.work.close()
+        item.done(None, error)
+
+    def cancel(self, session: EngineSession) -> None:
+        """Drops a session's waiting work (its user left): its callback gets :class:`asyncio.CancelledError`."""
+        for item in [item for item in self.waiting if item.session is session]:
+            self.waiting.remove(item)
+            self._fail(item, asyncio.CancelledError())

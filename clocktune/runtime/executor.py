@@ -266,6 +266,10 @@ class ToolExecutor:
                 resolved = resolve_refs(call.arguments, lambda target: self.calls[target].result)
             except LookupError as missing:  # a path a model wrote (`c1.devices.0.id`) that the result lacks
                 error = input_error(missing.args[0])
+        remote = getattr(self.backend, "remote", None)
+        if error is None and remote is not None and remote(call.name):
+            self._request(call, resolved)
+            return
         if error is None:
             model = self.tools[call.name].latency
             rng = self._draw(call, resolved)
@@ -289,6 +293,38 @@ class ToolExecutor:
         self.in_flight += 1
         call.started_at = loop.time()
         call.timer = loop.call_later(latency, self._complete, call, call.version, content, error)
+
+    def _request(self, call: CallState, resolved: dict[str, Any]) -> None:
+        # A remote tool (RemoteTools): the call goes out now and its timer is only the timeout; answer() completes it.
+        call.executed_with = resolved
+        if call.side_effect:
+            call.executed = True
+        self.dispatches += 1
+        self.in_flight += 1
+        loop = asyncio.get_running_loop()
+        call.started_at = loop.time()
+        limit = self.timeout_s if self.timeout_s is not None else 3600.0
+        call.timer = loop.call_later(limit, self._complete, call, call.version, None, timeout_error(call.name, limit))
+        self.backend.request(call.call_id, call.version, call.name, resolved)
+
+    def answer(self, call_id: str, version: int, content: Any, error: str | None) -> bool:
+        """Completes a remote tool's call with the answer its runner sent.
+
+        Args:
+            call_id: The call.
+            version: The version the request carried (a request superseded by a modify, or cancelled, is stale).
+            content: The result, when it succeeded.
+            error: The error, when it failed.
+
+        Returns:
+            Whether the answer was taken: ``False`` for an unknown call, a stale version, or a call not waiting.
+        """
+        call = self.calls.get(call_id)
+        if call is None or call.cancelled or call.version != version or call.timer is None:
+            return False
+        call.timer.cancel()
+        self._complete(call, version, content, error)
+        return True
 
     def _complete(self, call: CallState, version: int, content: Any, error: str | None) -> None:
         call.timer = None

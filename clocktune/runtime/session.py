@@ -16,6 +16,7 @@ timeline that renders to exactly the ids a model policy was fed.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ from clocktune.clock import DeviceProfile
 from clocktune.runtime.clocks import Clock, VirtualClock
 from clocktune.runtime.executor import ToolExecutor
 from clocktune.runtime.policy import Policy
-from clocktune.runtime.speech import RecordedSpeech, SpeechSource, SpokenChunk
+from clocktune.runtime.speech import LiveSpeech, RecordedSpeech, SpeechSource, SpokenChunk
 from clocktune.runtime.virtual_clock import GRID_DIGITS, session_seconds
 from clocktune.timeline.events import MAX_TIMELINE_S, Event, Timeline
 from clocktune.timeline.refs import iter_refs
@@ -100,7 +101,9 @@ class Session:
             :data:`~clocktune.tools.BackendFactory`).
         speech: Where the user's speech comes from; defaults to the timeline's own user chunks
             (:class:`~clocktune.runtime.speech.RecordedSpeech`). The generator passes the words of a task
-            (:class:`~clocktune.runtime.speech.SpokenWords`) with a timeline that has no events yet.
+            (:class:`~clocktune.runtime.speech.SpokenWords`) with a timeline that has no events yet; a live session
+            (``clocktune serve``) passes :class:`~clocktune.runtime.speech.LiveSpeech` and feeds :meth:`hear`.
+        on_event: Called with every event as the session logs it (a live session streams its log to the user).
 
     Raises:
         ValueError: When the timeline has no user speech and no ``speech`` is given, or holds an event past
@@ -115,6 +118,7 @@ class Session:
         config: SessionConfig,
         backend: ToolBackend,
         speech: SpeechSource | None = None,
+        on_event: Callable[[Event], None] | None = None,
     ) -> None:
         for index, event in enumerate(timeline.events):
             if not event.t <= MAX_TIMELINE_S:  # also NaN
@@ -128,6 +132,8 @@ class Session:
         self.backend = backend
         self.tools = {tool.name: tool for tool in timeline.tools}
         self.speech = speech if speech is not None else RecordedSpeech(timeline)
+        self._live = getattr(self.speech, "live", False)
+        self._on_event = on_event
         self.events: list[Event] = []
         self._inbox: list[dict[str, Any]] = []
         self._wake = asyncio.Event()
@@ -161,6 +167,38 @@ class Session:
                 fields["revises"] = chunk.revises
             self._loop.call_at(self._t0 + chunk.t, self._arrive, fields)
 
+    def hear(self, chunk: SpokenChunk) -> None:
+        """A live user's recogniser update, arriving now (its ``t`` is ignored: it is heard when it is heard).
+
+        Args:
+            chunk: The update; ``revises`` names an earlier update's ``id`` of this session.
+
+        Raises:
+            RuntimeError: When the session's speech is not :class:`~clocktune.runtime.speech.LiveSpeech`.
+        """
+        if not isinstance(self.speech, LiveSpeech):
+            raise RuntimeError("only a live session hears speech as it comes; this one replays its speech")
+        self.speech.heard(chunk.final)
+        self._speech_pending += 1  # _arrive counts it off
+        fields = {"kind": "user_chunk", "text": chunk.text, "final": chunk.final, "recorded": chunk.id}
+        if chunk.revises is not None:
+            fields["revises"] = chunk.revises
+        self._arrive(fields)
+
+    def finish(self, reason: str = "done") -> None:
+        """Ends a live session (the user left); what is in flight is dropped.
+
+        Args:
+            reason: The session's ``end_reason``.
+        """
+        if not self._done:
+            self._end(reason)
+
+    @property
+    def done(self) -> bool:
+        """Whether the session has ended."""
+        return self._done
+
     def _deliver(self, call_id: str, content: Any, error: str | None) -> None:
         version = self.executor.calls[call_id].version
         self._arrive(
@@ -184,8 +222,13 @@ class Session:
 
     def _log(self, t: float, kind: str, source: str, **fields: Any) -> Event:
         event = Event(f"e{len(self.events)}", t, kind, source, **fields)
-        self.events.append(event)
+        self._record(event)
         return event
+
+    def _record(self, event: Event) -> None:
+        self.events.append(event)
+        if self._on_event is not None:
+            self._on_event(event)
 
     def _ingest(self) -> list[Event]:
         t = self.now()
@@ -265,7 +308,8 @@ class Session:
     # Agent loop ---------------------------------------------------------------------------------------------
 
     def _nothing_can_arrive(self) -> bool:
-        return not self._inbox and self._speech_pending == 0 and self.executor.in_flight == 0
+        # A live user may always speak again: the agent is never told that nothing is pending.
+        return not self._live and not self._inbox and self._speech_pending == 0 and self.executor.in_flight == 0
 
     async def _act_until_boundary(self) -> None:
         """Asks the policy for actions until it waits, ends the turn, or new events interrupt it."""
@@ -288,7 +332,7 @@ class Session:
             if action.kind == "say" and action.final:
                 self._first_words.append(self.config.clock.first_words(t, decision, self.config.device, self._t0))
             event = action.to_event(f"e{len(self.events)}", t)
-            self.events.append(event)
+            self._record(event)
             self.policy.observe([event])
             self._apply(action, t)
             if action.kind == "wait" or (action.kind == "say" and action.final) or self._inbox:
@@ -310,7 +354,7 @@ class Session:
             self._answered_turns += 1
             self._turn += 1
             self._heard_final = False
-            if self._turn == self.speech.utterance_count:
+            if self._turn == self.speech.utterance_count and not self._live:
                 self._end("done")
             else:
                 self._schedule_speech(self.speech.after_answer(self._turn, t, self.now()))

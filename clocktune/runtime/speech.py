@@ -5,7 +5,10 @@ answered the last. Two sources exist: :class:`RecordedSpeech` replays the user c
 ``clocktune eval`` and every replay play a dialogue), and :class:`SpokenWords` speaks an utterance's words at a
 drawn speaking rate (how the generator plays a task through its expert, ``data_gen.generate``).
 
-Both place the next utterance where a recorded timeline can say where it was: :class:`RecordedSpeech` measures the
+A third, :class:`LiveSpeech`, has no plan at all: a live user's chunks reach the session as they are heard
+(``Session.hear``), and the session ends when the user leaves (``Session.finish``), not after a known count.
+
+The first two place the next utterance where a recorded timeline can say where it was: :class:`RecordedSpeech` measures the
 pause from the final answer's ``t`` (when the agent started writing it; the log holds no other time of the answer)
 and applies it from there, so a log replayed on the virtual clock puts every chunk at its logged time.
 :class:`SpokenWords` draws the pause after the answer's end, as a user waits for the agent to finish.
@@ -21,7 +24,7 @@ from clocktune.clock import SpeechConfig, speak, speaker_rate
 from clocktune.runtime.virtual_clock import GRID_DIGITS
 from clocktune.timeline.events import Event, Timeline
 
-__all__ = ["RecordedSpeech", "SpeechSource", "SpokenChunk", "SpokenWords", "utterances"]
+__all__ = ["LiveSpeech", "RecordedSpeech", "SpeechSource", "SpokenChunk", "SpokenWords", "utterances"]
 
 
 @dataclass(frozen=True)
@@ -177,3 +180,36 @@ class SpokenWords:
         """Utterance ``index``, a drawn pause after the answer was out."""
         gap = self._rng.uniform(self.config.turn_gap_min_s, self.config.turn_gap_max_s)
         return self._spoken(index, answered_t + gap)
+
+
+class LiveSpeech:
+    """A live user's speech: nothing is scheduled; chunks arrive through ``Session.hear`` as the user speaks.
+
+    ``live`` tells the session that more speech may come at any time, so it never tells a waiting agent "nothing is
+    pending", and that the dialogue ends when the user leaves rather than after a known number of utterances.
+    """
+
+    live = True
+
+    def __init__(self) -> None:
+        self.heard_utterances = 0
+        self._speaking = False
+
+    def heard(self, final: bool) -> None:
+        """Counts a chunk: the first after a final (or the first of all) begins an utterance."""
+        if not self._speaking:
+            self.heard_utterances += 1
+        self._speaking = not final
+
+    @property
+    def utterance_count(self) -> int:
+        """The utterances begun so far (a live user may always say one more)."""
+        return self.heard_utterances
+
+    def first(self) -> list[SpokenChunk]:
+        """Nothing: the user has not spoken yet."""
+        return []
+
+    def after_answer(self, index: int, answer_t: float, answered_t: float) -> list[SpokenChunk]:
+        """Nothing: the next utterance comes when the user speaks it."""
+        return []

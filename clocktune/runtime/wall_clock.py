@@ -10,6 +10,11 @@ so the live clock charged a local model 1.7 times what the same forward costs in
 :func:`on_calling_thread` hands a function to the thread that called :func:`run_wall` and awaits its result; the
 calls of all sessions are served one at a time, as one device serves one batch-1 request after another. Outside
 :func:`run_wall` it falls back to a worker thread.
+
+:func:`engine_work` hands a session's model work to its engine (``runtime.engine``) on the same thread, which runs
+the engine as serving engines do (continuous batching): between forwards it takes every request that has arrived,
+and each forward packs the work of every session waiting at that moment. When the engine was idle, requests arriving
+within :data:`GATHER_S` of the first share its forward, so live sessions that decide together are batched together.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -26,22 +32,75 @@ from clocktune.runtime.timer_order import OrderedEventLoop
 T = TypeVar("T")
 
 
+# How long an idle engine waits for more sessions' work before its first forward: a few milliseconds cost a live
+# answer nothing audible and let sessions that decided together share a forward.
+GATHER_S = 0.003
+
+
 class _CallingThread:
-    """Requests from the loop's thread, served in order on the thread that created this."""
+    """Requests from the loop's thread, served in order on the thread that created this, with the engines' batches
+    stepped between them."""
 
     def __init__(self) -> None:
         self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.engines: set[Any] = set()
+
+    def _busy(self) -> bool:
+        return any(engine.waiting for engine in self.engines)
+
+    def _arrived(self) -> list[Any]:
+        # Blocks for the first request only when no engine has work to step; an idle engine's first work waits
+        # GATHER_S for company.
+        if self._busy():
+            first = None
+            try:
+                first = self.requests.get_nowait()
+            except queue.Empty:
+                return []
+        else:
+            first = self.requests.get()
+        arrived = [first]
+        deadline = time.monotonic() + GATHER_S if first is not None and first[0] == "work" else 0.0
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                arrived.append(self.requests.get(timeout=left) if left > 0 else self.requests.get_nowait())
+            except queue.Empty:
+                return arrived
 
     def serve(self) -> None:
-        """Runs requests until the ``None`` that ends the loop's thread."""
-        while (request := self.requests.get()) is not None:
-            function, args, future, loop = request
+        """Runs requests and steps the engines until the ``None`` that ends the loop's thread."""
+        while True:
+            for request in self._arrived():
+                if request is None:
+                    return
+                self._take(request)
+            for engine in list(self.engines):
+                engine.step()
+
+    def _take(self, request: tuple) -> None:
+        kind, loop, future, *rest = request
+        if kind == "call":
+            function, args = rest
             try:
                 result = function(*args)
             except BaseException as error:  # handed to the awaiting session, which decides what it means
                 loop.call_soon_threadsafe(_settle, future, None, error)
             else:
                 loop.call_soon_threadsafe(_settle, future, result, None)
+            return
+        engine, open_session, work = rest
+
+        def done(result: Any, error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(_settle, future, (result, error), None)
+
+        try:
+            session = open_session()  # the system prompt's forward, if the engine has not computed it yet
+        except Exception as error:  # noqa: BLE001 - this session's failure alone
+            done(None, error)
+            return
+        self.engines.add(engine)
+        engine.submit(session, work, done)
 
 
 def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
@@ -71,7 +130,35 @@ async def on_calling_thread(function: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(function, *args)
     loop = asyncio.get_running_loop()
     future = loop.create_future()
-    calling.requests.put((function, args, future, loop))
+    calling.requests.put(("call", loop, future, function, args))
+    return await future
+
+
+async def engine_work(engine: Any, open_session: Callable[[], Any], work: Any) -> tuple[Any, BaseException | None]:
+    """Runs a session's model work on its engine, batched with every other live session's waiting at the same time.
+
+    Args:
+        engine: The session's :class:`~clocktune.runtime.engine.Engine`.
+        open_session: Returns the session's cache in the engine (opening it runs a forward, so it is called on the
+            engine's thread).
+        work: The work (``ModelPolicy.act_work``): a generator, so none of it runs before the engine drives it.
+
+    Returns:
+        ``(result, error)``: the work's result, or the exception it raised (the session's alone; the batch goes on).
+    """
+    calling = _CALLING_THREAD.get()
+    if calling is None:
+
+        def alone() -> tuple[Any, BaseException | None]:
+            try:
+                return engine.run(open_session(), work), None
+            except Exception as error:  # noqa: BLE001 - the caller turns it into the session's notice
+                return None, error
+
+        return await asyncio.to_thread(alone)
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    calling.requests.put(("work", loop, future, engine, open_session, work))
     return await future
 
 
