@@ -87,3 +87,21 @@ def pytest_collection_modifyitems(config, items):
     """Runs the longest test files first (a stable sort: each file's tests keep their order)."""
     rank = {name: index for index, name in enumerate(LONGEST_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+@pytest.fixture(scope="module")
+def tiny_chatml_model():
+    """A tiny random Llama over the ChatML test tokenizer, extended with clock tokens (abs_bins), sdpa attention."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from tests.tiny_models import TINY
+    from tests.tiny_tokenizer import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, **TINY)).eval()
+    model.config._attn_implementation = "sdpa"
+    return model, tokenizer

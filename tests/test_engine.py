@@ -3,7 +3,6 @@ batch, and one session's failure stays its own."""
 
 import math
 
-import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
@@ -15,23 +14,10 @@ from clocktune.runtime.policy_factories import policy_factory
 from clocktune.runtime.session import SessionConfig
 from data_gen.backends import make_backend
 from tests.tiny_models import TINY
-from tests.tiny_tokenizer import tiny_tokenizer
 
 # Random weights under the grammar write valid actions for ever: a slow device and a short turn limit end each session
 # after a few hundred tokens, so that eight sessions play in seconds.
 SHORT = SessionConfig(max_notices=4, turn_limit_s=2.0, device=DeviceProfile("slow", 1e4, 50.0, 0.0))
-
-
-@pytest.fixture(scope="module")
-def tiny_chatml_model():
-    from clocktune.encoding import extend_tokenizer, get_codec
-
-    tokenizer = tiny_tokenizer("chatml")
-    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, **TINY)).eval()
-    model.config._attn_implementation = "sdpa"
-    return model, tokenizer
 
 
 def test_a_packed_forward_gives_each_session_the_logits_of_its_own_forward_under_its_own_mask():

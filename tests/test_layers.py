@@ -36,7 +36,14 @@ LAYERS: list[tuple[str, ...]] = [
         "clocktune.tokenizers",
         "clocktune.inspection",
     ),
-    ("clocktune.tools", "clocktune.runtime", "clocktune.train", "clocktune.hub", "clocktune.model_card"),
+    (
+        "clocktune.tools",
+        "clocktune.runtime",
+        "clocktune.serve",
+        "clocktune.train",
+        "clocktune.hub",
+        "clocktune.model_card",
+    ),
     ("data_gen",),
     ("clocktune.cli", "data_gen.cli"),
 ]

@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from clocktune.clock import DeviceProfile
 from clocktune.runtime.play import run_policy
@@ -13,23 +12,9 @@ from clocktune.runtime.session import Session, SessionConfig
 from clocktune.runtime.virtual_clock import run_virtual
 from data_gen.backends import make_backend
 from tests.model_probe import ModelProbe
-from tests.tiny_models import TINY
 from tests.tiny_tokenizer import tiny_tokenizer
 
 # Model policy ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tiny_chatml_model():
-    from clocktune.encoding import extend_tokenizer, get_codec
-
-    tokenizer = tiny_tokenizer("chatml")
-    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, **TINY)
-    model = LlamaForCausalLM(config).eval()
-    model.config._attn_implementation = "sdpa"
-    return model, tokenizer
 
 
 def test_model_policy_context_renders_to_the_ids_fed_and_matches_a_full_forward(generated, tiny_chatml_model):

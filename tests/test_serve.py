@@ -307,3 +307,73 @@ def test_a_silent_client_is_ended_at_the_idle_limit_with_an_error(dialogues):
 def test_only_loopback_binds_count_as_loopback():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.com")
+
+
+def test_live_sessions_of_a_model_share_the_engines_forwards_and_each_ends_cleanly(dialogues, tiny_chatml_model):
+    from clocktune.clock import DeviceProfile
+    from clocktune.runtime.session import SessionConfig
+
+    # Random weights write valid actions for ever under the grammar: a short turn limit ends each session.
+    factory = policy_factory("tiny", loaded=tiny_chatml_model, batch_size=8)
+    sessions = LiveSessions(
+        factory,
+        "tiny",
+        backends=session_backends(),
+        timelines={t.id: t for t in dialogues},
+        config=SessionConfig(max_notices=4, turn_limit_s=1.0, device=DeviceProfile("slow", 1e4, 50.0, 0.0)),
+    )
+    ended = []
+
+    def client(timeline):
+        with connect(_socket_url(server)) as ws:
+            reader = _Reader(ws)
+            ws.send(json.dumps({"kind": "open", "timeline": timeline.id}))
+            reader.wait_for("ready")
+            _replay_user_side(ws, timeline)
+            ended.append(reader.wait_for("ended", timeout_s=60))
+
+    with ServerThread(create_app(sessions)) as server:
+        threads = [threading.Thread(target=client, args=(t,)) for t in dialogues[:6]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=90)
+    assert len(ended) == 6 and {e["reason"] for e in ended} <= {"timeout", "gave_up"}
+    stats = factory.engine.stats
+    assert max(stats.batch_sizes) > 1  # live sessions deciding together shared a forward
+    assert stats.rows / stats.forwards > 1.0
+
+
+def test_serve_refuses_a_public_bind_without_a_token_before_loading_anything(capsys, monkeypatch):
+    from clocktune.cli import main
+
+    monkeypatch.delenv("CLOCKTUNE_SERVE_TOKEN", raising=False)
+    assert main(["serve", "--model", "runs/no-such-checkpoint", "--domain", "smart_home", "--host", "0.0.0.0"]) == 2
+    assert "is not loopback: give --token" in capsys.readouterr().err
+
+
+def test_chat_speaks_each_typed_line_word_by_word_and_prints_the_agents_timeline(dialogues):
+    import io
+
+    from clocktune.serve.terminal import chat
+
+    timeline = dialogues[0]
+    spoken = " ".join(e.text for e in timeline.events if e.kind == "user_chunk" and not e.revises)
+    printed = []
+
+    class NoTools:
+        sequential = False
+
+        def state(self):
+            return {}
+
+    from clocktune.serve.live import LiveDomain
+
+    domain = LiveDomain("weather", [], lambda rng: {})
+    lookup_agent = LiveSessions(_ClientToolAgent, "agent", domain=domain, backends=lambda timeline: NoTools())
+    with ServerThread(create_app(lookup_agent)) as server:
+        chat(_socket_url(server), words_per_s=50.0, lines=io.StringIO(spoken + "\n"), out=printed.append)
+    assert printed[0].startswith("session live-") and "(weather)" in printed[0]
+    heard = [line for line in printed if "  you  " in line]
+    assert len(heard) == len(spoken.split()) and heard[-1].endswith("[final]")
+    assert printed[-1].split()[1:3] == ["ended", "done"]

@@ -41,6 +41,7 @@ from clocktune.cli.arguments import (
 )
 from clocktune.cli.decoding_report import add_decoding_summary
 from clocktune.cli.rollout import add_rollout_parser
+from clocktune.cli.serve import add_serve_parsers
 from clocktune.tokenizers import DEFAULT_CODEC, load_tokenizer, prepare_tokenizer
 
 
@@ -536,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile.set_defaults(func=cmd_profile)
 
     add_rollout_parser(sub)
+    add_serve_parsers(sub)
     return parser
 
 

@@ -16,7 +16,7 @@ import uvicorn
 
 from clocktune.runtime.wall_clock import run_wall
 
-__all__ = ["WS_MAX_BYTES", "ServerThread", "is_loopback", "run_server"]
+__all__ = ["WS_MAX_BYTES", "ServerThread", "is_loopback", "run_server", "server_config"]
 
 # The transport's frame limit. Frames up to this size are read and refused by the protocol's own limit (1 MB) with an
 # `error` message, the session going on; a larger frame is refused by the transport before it is read (close 1009),
@@ -34,7 +34,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _config(app: Any, host: str, port: int) -> uvicorn.Config:
+def server_config(app: Any, host: str, port: int) -> uvicorn.Config:
+    """uvicorn's config for the app: the sans-I/O websockets protocol, bounded frames and queues, quiet logs."""
     return uvicorn.Config(
         app,
         host=host,
@@ -56,7 +57,7 @@ def run_server(app: Any, host: str, port: int) -> None:
         host: Interface to bind.
         port: Port to bind (0: any free port).
     """
-    run_wall(uvicorn.Server(_config(app, host, port)).serve())
+    run_wall(uvicorn.Server(server_config(app, host, port)).serve())
 
 
 class ServerThread:
@@ -69,7 +70,7 @@ class ServerThread:
     """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.server = uvicorn.Server(_config(app, host, port))
+        self.server = uvicorn.Server(server_config(app, host, port))
         self.host = host
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="clocktune-serve", daemon=True)
