@@ -282,7 +282,10 @@ def test_hostile_clients_get_errors_and_an_honest_session_beside_them_is_unaffec
         _, beside = _play(server, timeline, "?token=s3cret")
         for thread in threads:
             thread.join(timeout=30)
+        slow.settimeout(10)
+        told = slow.recv(4096)
         slow.close()
+    assert b"no open within 1.5 s" in told  # the byte-a-second client was ended at the idle limit
     assert len(errors) == 7, errors
     assert all("Traceback" not in error for error in errors)
     assert any("kind" in e for e in errors) and any("run on the server" in e for e in errors)
