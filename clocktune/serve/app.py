@@ -52,7 +52,7 @@ class _SocketChannel:
     async def close(self, code: int = 1000, reason: str = "") -> None:
         try:
             await self.websocket.close(code, reason)
-        except (RuntimeError, OSError):  # already closed by the client
+        except (WebSocketDisconnect, RuntimeError, OSError):  # already closed by the client
             pass
 
 

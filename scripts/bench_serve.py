@@ -1,0 +1,215 @@
+"""Benchmark: `clocktune serve` under N concurrent live sessions over loopback.
+
+    python scripts/bench_serve.py --data runs/demo/data/eval/data --scripted-sessions 200
+    python scripts/bench_serve.py --data runs/demo/data/eval/data --model runs/demo/checkpoint --model-sessions 16
+
+The server runs in this process (``ServerThread``: uvicorn on the wall clock's loop, compute on the server's
+thread); the clients run in a child process, so that their work does not share the server's interpreter lock. Each
+client opens a held-out timeline (``open.timeline``, cycling through ``--data``) and replays its user side in real
+time (``--speed`` faster), reading every message the server sends.
+
+Scripted part (``--model oracle``, the recorded plan; its compute is microseconds): the echo latency of each user
+chunk, from the client's send to the client's receipt of the event the session logged for it (the session reads a
+chunk at once when its agent is idle, and a scripted agent always is): an upper bound of the server-added latency,
+since it includes both sockets and the client's own loop. Also: events lost or reordered (each session's streamed
+events against its recorded timeline), recorded sessions that validate, sessions/s and accuracy.
+
+Model part (``--model CKPT``): the engine's mean batch (rows per forward), accuracy, and the end-of-speech to
+first-words p50 live, against the virtual clock's prediction for the same dialogues (charged with a profile measured
+here at batch 1, so it predicts a device that serves one session at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+async def _client(url: str, timeline: dict, speed: float) -> dict:
+    from websockets.asyncio.client import connect
+
+    chunks = [e for e in timeline["events"] if e["kind"] == "user_chunk"]
+    answers = sum(1 for e in timeline["events"] if e["kind"] == "say" and e.get("final"))
+    sent: list[float] = []
+    echoes: list[float] = []
+    messages: list[dict] = []
+    async with connect(url, max_size=None, open_timeout=60) as socket:
+        await socket.send(json.dumps({"kind": "open", "timeline": timeline["id"]}))
+
+        async def read() -> None:
+            async for text in socket:
+                message = json.loads(text)
+                messages.append(message)
+                if message["kind"] == "user_chunk":
+                    index = sum(1 for m in messages if m["kind"] == "user_chunk") - 1
+                    if index < len(sent):
+                        echoes.append(time.perf_counter() - sent[index])
+                if message["kind"] == "ended":
+                    return
+
+        reader = asyncio.create_task(read())
+        started = time.perf_counter()
+        for event in chunks:
+            await asyncio.sleep(max(0.0, started + event["t"] / speed - time.perf_counter()))
+            message = {"kind": "user_chunk", "id": event["id"], "text": event["text"], "final": event["final"]}
+            if event.get("revises"):
+                message["revises"] = event["revises"]
+            sent.append(time.perf_counter())
+            await socket.send(json.dumps(message))
+        deadline = time.perf_counter() + 120
+        while sum(1 for m in messages if m["kind"] == "say" and m.get("final")) < answers:
+            if reader.done() or time.perf_counter() > deadline:
+                break
+            await asyncio.sleep(0.01)
+        await socket.send(json.dumps({"kind": "end"}))
+        await asyncio.wait_for(reader, 120)
+    return {"echoes": echoes, "messages": messages}
+
+
+async def _clients(url: str, timelines: list[dict], sessions: int, speed: float) -> list[dict]:
+    jobs = [_client(url, timelines[index % len(timelines)], speed) for index in range(sessions)]
+    return await asyncio.gather(*jobs)
+
+
+def client_main(url: str, data: str, sessions: int, speed: float, out: str) -> None:
+    """The child process: plays the clients and writes what they saw to ``out``."""
+    from clocktune.rendered_dataset import load_timeline_files
+    from clocktune.timeline.io import timeline_to_record
+
+    timelines = [timeline_to_record(t) for t in load_timeline_files([data])]
+    started = time.perf_counter()
+    results = asyncio.run(_clients(url, timelines, sessions, speed))
+    Path(out).write_text(json.dumps({"seconds": time.perf_counter() - started, "results": results}))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _serve_and_play(sessions_object, data: str, sessions: int, speed: float) -> dict:
+    from clocktune.serve.app import create_app
+    from clocktune.serve.server import ServerThread
+
+    with ServerThread(create_app(sessions_object)) as server, tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "clients.json"
+        url = f"ws://127.0.0.1:{server.port}/session"
+        command = [sys.executable, __file__, "--clients", url, "--data", data, "--sessions", str(sessions)]
+        subprocess.run([*command, "--speed", str(speed), "--out", str(out)], check=True)
+        return json.loads(out.read_text())
+
+
+def _check_streams(played: dict) -> tuple[int, int, int, int]:
+    """(sessions, lost or reordered, recorded that validate, accurate) of a run."""
+    from clocktune.timeline.io import read_timelines
+    from clocktune.timeline.validate import validate_timeline
+
+    broken = valid = accurate = 0
+    for result in played["results"]:
+        messages = result["messages"]
+        ended = next((m for m in messages if m["kind"] == "ended"), {})
+        streamed = [m for m in messages if m["kind"] not in ("ready", "ended", "error", "tool_request")]
+        recorded = read_timelines(ended["recorded"])[0] if ended.get("recorded") else None
+        same = recorded is not None and [(e.id, e.kind) for e in recorded.events] == [
+            (m["id"], m["kind"]) for m in streamed
+        ]
+        broken += not same
+        valid += recorded is not None and not validate_timeline(recorded)
+        accurate += bool(ended.get("accurate"))
+    return len(played["results"]), broken, valid, accurate
+
+
+def main() -> None:
+    """Runs the scripted part, then (with ``--model``) the model part, and prints both."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="held-out timelines")
+    parser.add_argument("--model", default=None, help="a checkpoint for the model part")
+    parser.add_argument("--scripted-sessions", type=int, default=200)
+    parser.add_argument("--model-sessions", type=int, default=16)
+    parser.add_argument("--speed", type=float, default=1.0, help="replay the user side this many times faster")
+    parser.add_argument("--call-bias", type=float, default=1.5, help="the model's call bias (the demo's)")
+    parser.add_argument("--clients", default=None, help=argparse.SUPPRESS)  # the child process's mode
+    parser.add_argument("--sessions", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.clients:
+        client_main(args.clients, args.data, args.sessions, args.speed, args.out)
+        return
+
+    from clocktune.rendered_dataset import load_timeline_files
+    from clocktune.runtime.policy_factories import policy_factory
+    from clocktune.serve.live import LiveSessions
+    from data_gen.backends import session_backends
+
+    timelines = load_timeline_files([args.data])
+    by_id = {t.id: t for t in timelines}
+    with tempfile.TemporaryDirectory() as record:
+        if args.scripted_sessions:
+            live = LiveSessions(policy_factory("oracle"), "oracle", session_backends(), None, by_id, Path(record))
+            played = _serve_and_play(live, args.data, args.scripted_sessions, args.speed)
+            echoes = [1000 * e for result in played["results"] for e in result["echoes"]]
+            count, broken, valid, accurate = _check_streams(played)
+            print(f"scripted (oracle): {count} concurrent sessions over loopback, {played['seconds']:.1f} s")
+            print(
+                f"  echo latency (send -> logged event back) p50 {_percentile(echoes, 0.5):.2f} ms,"
+                f" p99 {_percentile(echoes, 0.99):.2f} ms, max {max(echoes):.1f} ms over {len(echoes)} chunks"
+            )
+            print(
+                f"  lost or reordered: {broken} sessions; recorded and valid: {valid}/{count}; accurate:"
+                f" {accurate}/{count}; {count / played['seconds']:.2f} sessions/s"
+            )
+        if args.model:
+            _model_part(args, timelines, by_id, Path(record))
+
+
+def _model_part(args: argparse.Namespace, timelines: list, by_id: dict, record: Path) -> None:
+    from clocktune.runtime.device_profiles import measure_device_profile
+    from clocktune.runtime.play import run_policy
+    from clocktune.runtime.policy_factories import load_policy_model, policy_factory
+    from clocktune.runtime.session import SessionConfig
+    from clocktune.serve.live import LiveSessions
+    from data_gen.backends import make_backend, session_backends
+
+    loaded = load_policy_model(args.model)
+    factory = policy_factory("model", loaded=loaded, call_bias=args.call_bias)
+    live = LiveSessions(factory, "model", session_backends(), None, by_id, record)
+    played = _serve_and_play(live, args.data, args.model_sessions, args.speed)
+    count, broken, valid, accurate = _check_streams(played)
+    stats = factory.engine.stats
+    ended = [next(m for m in r["messages"] if m["kind"] == "ended") for r in played["results"]]
+    latencies = [e["latency_s"] for e in ended if e.get("latency_s") is not None]
+    print(f"model: {count} concurrent sessions over loopback, {played['seconds']:.1f} s")
+    print(
+        f"  engine: {stats.forwards} forwards, mean batch {stats.rows / max(stats.forwards, 1):.2f}, largest"
+        f" {max(stats.batch_sizes, default=0)}; accurate {accurate}/{count}; lost or reordered {broken}; valid"
+        f" {valid}/{count}"
+    )
+    profile = measure_device_profile(loaded[0], "measured")
+    played_ids = [timelines[index % len(timelines)] for index in range(args.model_sessions)]
+    virtual = run_policy(
+        "model",
+        list({t.id: t for t in played_ids}.values()),
+        policy_factory("model", loaded=loaded, call_bias=args.call_bias),
+        make_backend,
+        SessionConfig(device=profile),
+        concurrency=len(played_ids),
+    )
+    predicted = [r.latency_s for r in virtual.results if r.latency_s is not None]
+    live_p50 = statistics.median(latencies) if latencies else float("nan")
+    virtual_p50 = statistics.median(predicted) if predicted else float("nan")
+    print(
+        f"  end of speech -> first words p50: live {live_p50:.2f} s ({len(latencies)} answered), virtual clock's"
+        f" prediction {virtual_p50:.2f} s (profile measured here at batch 1: decode"
+        f" {profile.decode_tokens_per_s:.1f} tokens/s)"
+    )
+
+
+if __name__ == "__main__":
+    main()
