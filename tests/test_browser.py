@@ -1,0 +1,87 @@
+"""The page `clocktune serve` serves, driven in headless Chromium: typed words stream as speech, and the agent's
+calls appear before Enter is pressed."""
+
+import pytest
+
+from clocktune.runtime.policy_factories import policy_factory
+from clocktune.serve.app import create_app
+from clocktune.serve.live import LiveSessions
+from clocktune.serve.server import ServerThread
+from data_gen.backends import session_backends
+from tests.browser import headless_chromium, rows, speak, wait_for_row
+
+
+def _spoken_words(timeline):
+    chunks = {}
+    for event in timeline.events:
+        if event.kind == "user_chunk":
+            chunks.pop(event.revises, None)  # a revision replaces the words it revises
+            chunks[event.id] = event.text
+    return " ".join(chunks.values()).split()
+
+
+@pytest.fixture(scope="module")
+def smart_home_request(generated):
+    """A held-out single-utterance smart-home request whose teacher called before the user's last word."""
+    for timeline in generated[0]:
+        finals = [e for e in timeline.events if e.kind == "user_chunk" and e.final]
+        if timeline.domain != "smart_home" or len(finals) != 1 or not timeline.ground_truth.facts:
+            continue
+        if any(e.kind == "tool_call" and e.t < finals[0].t for e in timeline.events):
+            return timeline
+    raise AssertionError("no such request in the generated data")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = headless_chromium()
+    yield driver
+    driver.quit()
+
+
+def test_typing_a_request_in_the_page_makes_the_agent_call_before_enter_and_answer_with_the_facts(
+    smart_home_request, browser
+):
+    timeline = smart_home_request
+    sessions = LiveSessions(
+        policy_factory("oracle"), "oracle", backends=session_backends(), timelines={timeline.id: timeline}
+    )
+    seen_before_enter = []
+    with ServerThread(create_app(sessions)) as server:
+        browser.get(f"{server.url}/?timeline={timeline.id}")
+        assert _ready(browser)
+        speak(
+            browser, _spoken_words(timeline), words_per_s=5, before_enter=lambda d: seen_before_enter.extend(rows(d))
+        )
+        answer = wait_for_row(browser, lambda row: "say-final" in row[0], timeout_s=30)
+        latency = browser.find_element("id", "latency").text
+    calls_before_enter = [row for row in seen_before_enter if row[1] == "CALL"]
+    assert calls_before_enter, seen_before_enter
+    assert all(fact.lower() in answer[2].lower() for fact in timeline.ground_truth.facts), answer
+    assert latency.endswith(" ms")  # the page measured end of words to the answer
+    assert not any("error" in row[0] for row in seen_before_enter)
+
+
+def _ready(browser) -> bool:
+    import time
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if "session live-" in browser.find_element("id", "session").text:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_page_of_another_origin_cannot_open_a_session(generated, browser):
+    sessions = LiveSessions(policy_factory("oracle"), "oracle", backends=session_backends(), timelines={})
+    with ServerThread(create_app(sessions)) as server, ServerThread(create_app(sessions)) as other:
+        # The page of one server (another origin) opens a socket to the other: refused, and the page says so.
+        browser.get(f"{other.url}/")
+        script = (
+            "const done = arguments[0];"
+            f"const s = new WebSocket('ws://127.0.0.1:{server.port}/session');"
+            "s.onmessage = (m) => done(JSON.parse(m.data).message); s.onerror = () => done('socket error');"
+        )
+        message = browser.execute_async_script(script)
+    assert "may not open sessions" in message
