@@ -7,7 +7,7 @@ OUT     ?= runs/demo
 BFCL_DIR     ?= $(HOME)/.cache/clocktune/bfcl-eval
 BFCL_VERSION := 2026.3.23
 
-.PHONY: setup bfcl demo test lint format bench clean
+.PHONY: setup bfcl browser demo test lint format bench clean
 
 setup: $(STAMP)
 
@@ -29,11 +29,16 @@ $(BFCL_DIR)/bfcl_eval-$(BFCL_VERSION).dist-info: | setup
 	$(BIN)/pip install --quiet --no-deps --upgrade --target $(BFCL_DIR) bfcl-eval==$(BFCL_VERSION)
 	$(BIN)/pip install --quiet "mpmath>=1.1,<1.4"
 
+# Debian's Chromium and its driver for the page's browser test (tests/test_browser.py installs them too when missing).
+browser:
+	test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver
+
 # Generate dialogues, score SmolLM2 before/after a bounded LoRA fine-tune on CPU; writes $(OUT)/summary.json.
 demo: setup
 	$(BIN)/python -m clocktune.cli.demo --out $(OUT)
 
-test: setup bfcl
+test: setup bfcl browser
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder  # two workers, a file each at a time, longest first (conftest)
 
 lint: setup
