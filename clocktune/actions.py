@@ -19,6 +19,7 @@ from clocktune.encoding.formats import (
     FORMATS,
     MARKERS,
     MODIFY,
+    SAY,
     WAIT,
     ModelFormat,
     get_format,
@@ -176,6 +177,27 @@ def _parse_marker(marker: str, rest: str, fmt: ModelFormat) -> Action:
     if not rest:
         raise ActionParseError(f"{marker} without words")
     return Action("say", text=rest, final=marker == ANSWER)
+
+
+def speech_so_far(text: str, model_format: str | ModelFormat) -> tuple[str, bool] | None:
+    """The words of a ``say`` the model is still writing, for streaming them before the action is complete.
+
+    Args:
+        text: The action's text decoded so far (special tokens kept).
+        model_format: The model's format.
+
+    Returns:
+        ``(words, final)`` when the text so far is a ``say`` (``final`` for an answer), else ``None`` (another
+        action, or too little text to tell).
+    """
+    fmt = get_format(model_format)
+    for marker in (SAY, ANSWER):
+        if text.startswith(marker):
+            words = text[len(marker) :]
+            if words.endswith(fmt.end):
+                words = words[: -len(fmt.end)]
+            return words, marker == ANSWER
+    return None
 
 
 def parse_action(text: str, model_format: str | ModelFormat) -> Action:

@@ -236,3 +236,24 @@ def test_a_model_acting_on_its_own_keeps_its_actions_and_still_matches_a_full_fo
     with torch.no_grad():
         full = model(input_ids=torch.tensor([ids]), attention_mask=mask, use_cache=False).logits[0, -1]
     assert torch.allclose(full, policy.last_prompt_logits, atol=1e-4)
+
+
+def test_a_say_is_streamed_word_by_word_as_it_is_decoded_and_nothing_else_is(generated, tiny_chatml_model):
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    model, tokenizer = tiny_chatml_model
+    policy = ModelPolicy(model, tokenizer, generated[0][0])
+    heard = []
+    policy.on_speech = lambda words, final: heard.append((words, final))
+    answer = tokenizer.encode("<|answer|>The kitchen lights are off.<|im_end|>", add_special_tokens=False)
+    for count in range(1, len(answer) + 1):
+        policy._stream_speech(answer[:count])
+    texts = [words for words, _ in heard]
+    assert texts[-1] == "The kitchen lights are off." and all(final for _, final in heard)
+    assert all(later.startswith(earlier) for earlier, later in zip(texts, texts[1:], strict=False))
+    heard.clear()
+    for text in ("<|wait|>", '<|call|>{"name": "x"'):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        for count in range(1, len(ids) + 1):
+            policy._stream_speech(ids[:count])
+    assert heard == []

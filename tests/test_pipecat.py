@@ -94,3 +94,28 @@ def _quiet_pipecat_logs():
 
     logger.remove()
     yield
+
+
+def test_a_say_streams_as_llm_text_frames_of_the_new_words_between_start_and_end():
+    processor = ClocktuneProcessor("ws://unused")
+
+    async def frames():
+        out = []
+        for message in [
+            {"kind": "say_partial", "text": "The kitchen", "final": True},
+            {"kind": "say_partial", "text": "The kitchen lights", "final": True},
+            {"kind": "say", "text": "The kitchen lights are off.", "final": True},
+        ]:
+            out += await processor._frames(message)
+        return out
+
+    out = asyncio.run(frames())
+    names = [type(frame).__name__ for frame in out]
+    assert names == [
+        "LLMFullResponseStartFrame",
+        "LLMTextFrame",
+        "LLMTextFrame",
+        "LLMTextFrame",
+        "LLMFullResponseEndFrame",
+    ]
+    assert "".join(frame.text for frame in out if isinstance(frame, LLMTextFrame)) == "The kitchen lights are off."

@@ -14,7 +14,8 @@ clocktune event                        pipecat frames pushed downstream
                                        ``FunctionCallInProgressFrame`` (``tool_call_id`` is ``call_id.vN``)
 ``tool_cancel``                        ``FunctionCallCancelFrame``
 ``tool_result``                        ``FunctionCallResultFrame``
-``say``                                ``LLMFullResponseStartFrame``, ``LLMTextFrame``, ``LLMFullResponseEndFrame``
+``say_partial``, ``say``               ``LLMFullResponseStartFrame`` with its first words, an ``LLMTextFrame`` of the
+                                       new words as each is decoded, ``LLMFullResponseEndFrame`` when it is complete
 =====================================  ==============================================================================
 
 Tools run on the server (its ``--domain``, or a ``--data`` timeline's), or in the pipeline: pass ``functions``
@@ -131,6 +132,7 @@ class ClocktuneProcessor(FrameProcessor):
         self._reader: asyncio.Task | None = None
         self._calls: dict[str, tuple[str, str, Any]] = {}  # call id -> (pipecat id, name, arguments)
         self._versions: dict[str, int] = {}
+        self._spoken: str | None = None  # the words of the say being streamed, or None between says
 
     @classmethod
     def serving(cls, sessions: Any, **kwargs: Any) -> tuple[ClocktuneProcessor, Any]:
@@ -206,11 +208,26 @@ class ClocktuneProcessor(FrameProcessor):
             pipecat_id, name, arguments = self._calls[message["call_id"]]
             result = {"error": message["error"]} if message.get("error") else message.get("content")
             return [FunctionCallResultFrame(name, pipecat_id, arguments, result, error=message.get("error"))]
+        if kind == "say_partial":
+            return self._spoken_delta(message["text"])
         if kind == "say":
-            return [LLMFullResponseStartFrame(), LLMTextFrame(message["text"]), LLMFullResponseEndFrame()]
+            frames = self._spoken_delta(message["text"]) + [LLMFullResponseEndFrame()]
+            self._spoken = None
+            return frames
         if kind == "tool_request":
             self.create_task(self._run_function(message))
         return []
+
+    def _spoken_delta(self, text: str) -> list[Frame]:
+        # A say streams as LLM text frames: the response starts with its first words, each frame adds the new ones.
+        frames: list[Frame] = []
+        if self._spoken is None:
+            frames.append(LLMFullResponseStartFrame())
+            self._spoken = ""
+        if text.startswith(self._spoken) and len(text) > len(self._spoken):
+            frames.append(LLMTextFrame(text[len(self._spoken) :]))
+            self._spoken = text
+        return frames
 
     def _started(self, call_id: str, name: str, arguments: Any) -> list[Frame]:
         version = self._versions[call_id] = self._versions.get(call_id, -1) + 1

@@ -43,13 +43,14 @@ import ctypes
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from clocktune.actions import ActionParseError, parse_action
+from clocktune.actions import ActionParseError, parse_action, speech_so_far
 from clocktune.clock import FIRST_WORDS_TOKENS
 from clocktune.render import Renderer, Rendering
 from clocktune.runtime.action_grammar import CallBook, action_grammar, start_matcher
@@ -155,6 +156,8 @@ class ModelPolicy:
         self.stats = {"actions": 0, "tokens": 0, "step_forwards": 0, "step_s": 0.0, "grammar_s": 0.0}
         self.temperature = temperature
         self.rng = np.random.default_rng([seed, timeline.seed]) if temperature > 0 else None
+        # Called with (words, final) as a `say` is decoded, token by token (a live session streams them); None: off.
+        self.on_speech: Callable[[str, bool], None] | None = None
         self.drafter = drafter
         self.decoding = decoding if decoding is not None else SpeculationStats(drafter.name if drafter else "none")
         self.draft_session = drafter.session() if drafter is not None else None
@@ -284,6 +287,8 @@ class ModelPolicy:
                 generated.append(token)
                 if len(generated) == FIRST_WORDS_TOKENS:
                     first_words_at = time.monotonic()  # an answer could be spoken from here on
+                if self.on_speech is not None:
+                    self._stream_speech(generated)
                 if token == self.end_id or len(generated) >= limit:
                     finished = True
                     break
@@ -327,6 +332,11 @@ class ModelPolicy:
             return Decision(parse_action(text, self.model_format), len(generated), first_words_at=first_words_at)
         except ActionParseError as error:
             return Decision(None, len(generated), str(error))
+
+    def _stream_speech(self, generated: list[int]) -> None:
+        spoken = speech_so_far(self.tokenizer.decode(generated, skip_special_tokens=False), self.model_format)
+        if spoken is not None and spoken[0].strip():
+            self.on_speech(*spoken)
 
     def _confirmed_by(self, rendering: Rendering) -> int:
         """How many of the held tokens (the last action's prompt and tokens, still in the cache) the rendering

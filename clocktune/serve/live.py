@@ -308,6 +308,14 @@ class LiveSessions:
                 session.finish("client_too_slow")
 
         session = Session(played, policy, self.config, backend, speech, on_event=on_event)
+        if hasattr(policy, "on_speech"):  # a model streams each `say` as it is decoded, on the engine's thread
+            loop = asyncio.get_running_loop()
+
+            def on_speech(words: str, final: bool) -> None:
+                partial = {"kind": "say_partial", "t": session.now(), "text": words, "final": final}
+                loop.call_soon_threadsafe(outbox.post, partial)
+
+            policy.on_speech = on_speech
         if client_tools is not None:
             client_tools.now = session.now
         tools = [tool.name for tool in header.tools]

@@ -16,6 +16,7 @@ message                    from    fields
 ``ready``                  server  ``session``, ``domain``, ``tools``: the session is open
 ``user_chunk``,            server  each event of the session's log (the timeline's event fields, ``t`` included), as
 ``tool_call``, ...                 it is logged: what the agent heard, did, and said
+``say_partial``            server  ``text``, ``final``: the words of a ``say`` a model is still decoding, so far
 ``tool_request``           server  ``call_id``, ``version``, ``name``, ``arguments``: run one of the client's tools
 ``error``                  server  ``message``: a message was refused; the session goes on unless ``ended`` follows
 ``ended``                  server  ``reason``, ``recorded`` (the file the session was written to, when recording)
