@@ -73,15 +73,36 @@ def _ready(browser) -> bool:
     return False
 
 
-def test_a_page_of_another_origin_cannot_open_a_session(generated, browser):
+def test_a_page_of_another_origin_cannot_open_a_session(browser):
+    import http.server
+    import threading
+
+    class AnotherSite(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = b"<p>another site</p>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), AnotherSite)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
     sessions = LiveSessions(policy_factory("oracle"), "oracle", backends=session_backends(), timelines={})
-    with ServerThread(create_app(sessions)) as server, ServerThread(create_app(sessions)) as other:
-        # The page of one server (another origin) opens a socket to the other: refused, and the page says so.
-        browser.get(f"{other.url}/")
-        script = (
-            "const done = arguments[0];"
-            f"const s = new WebSocket('ws://127.0.0.1:{server.port}/session');"
-            "s.onmessage = (m) => done(JSON.parse(m.data).message); s.onerror = () => done('socket error');"
-        )
-        message = browser.execute_async_script(script)
-    assert "may not open sessions" in message
+    try:
+        with ServerThread(create_app(sessions)) as server:
+            # Another site's page opens a socket to the server: the browser sends that site's Origin, and the server
+            # refuses it with an error the page can read.
+            browser.get(f"http://127.0.0.1:{other.server_address[1]}/")
+            script = (
+                "const done = arguments[0];"
+                f"const s = new WebSocket('ws://127.0.0.1:{server.port}/session');"
+                "s.onmessage = (m) => done(JSON.parse(m.data).message); s.onerror = () => done('socket error');"
+            )
+            message = browser.execute_async_script(script)
+    finally:
+        other.shutdown()
+    assert f"origin 'http://127.0.0.1:{other.server_address[1]}' may not open sessions" in message
