@@ -14,6 +14,11 @@ chunk at once when its agent is idle, and a scripted agent always is): an upper 
 since it includes both sockets and the client's own loop. Also: events lost or reordered (each session's streamed
 events against its recorded timeline), recorded sessions that validate, sessions/s and accuracy.
 
+Comparison (``--compare-eval``, with ``--model``): every held-out timeline replayed through the server
+(``--model-sessions`` at a time) against ``clocktune eval --clock wall`` on the same dialogues (one session at a
+time, its default with a checkpoint): on how many dialogues the two complete the same tasks (both accurate, or both
+not).
+
 Model part (``--model CKPT``): the engine's mean batch (rows per forward), accuracy, and the end-of-speech to
 first-words p50 live, against the virtual clock's prediction for the same dialogues (charged with a profile measured
 here at batch 1, so it predicts a device that serves one session at a time).
@@ -78,13 +83,14 @@ async def _clients(url: str, timelines: list[dict], sessions: int, speed: float)
     return await asyncio.gather(*jobs)
 
 
-def client_main(url: str, data: str, sessions: int, speed: float, out: str) -> None:
+def client_main(url: str, data: str, sessions: int, speed: float, out: str, offset: int = 0) -> None:
     """The child process: plays the clients and writes what they saw to ``out``."""
     from clocktune.rendered_dataset import load_timeline_files
     from clocktune.timeline.io import timeline_to_record
 
     timelines = [timeline_to_record(t) for t in load_timeline_files([data])]
     started = time.perf_counter()
+    timelines = timelines[offset:] + timelines[:offset]
     results = asyncio.run(_clients(url, timelines, sessions, speed))
     Path(out).write_text(json.dumps({"seconds": time.perf_counter() - started, "results": results}))
 
@@ -94,7 +100,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _serve_and_play(sessions_object, data: str, sessions: int, speed: float) -> dict:
+def _serve_and_play(sessions_object, data: str, sessions: int, speed: float, offset: int = 0) -> dict:
     from clocktune.serve.app import create_app
     from clocktune.serve.server import ServerThread
 
@@ -102,7 +108,8 @@ def _serve_and_play(sessions_object, data: str, sessions: int, speed: float) -> 
         out = Path(folder) / "clients.json"
         url = f"ws://127.0.0.1:{server.port}/session"
         command = [sys.executable, __file__, "--clients", url, "--data", data, "--sessions", str(sessions)]
-        subprocess.run([*command, "--speed", str(speed), "--out", str(out)], check=True)
+        command += ["--offset", str(offset), "--speed", str(speed), "--out", str(out)]
+        subprocess.run(command, check=True)
         return json.loads(out.read_text())
 
 
@@ -135,12 +142,14 @@ def main() -> None:
     parser.add_argument("--model-sessions", type=int, default=16)
     parser.add_argument("--speed", type=float, default=1.0, help="replay the user side this many times faster")
     parser.add_argument("--call-bias", type=float, default=1.5, help="the model's call bias (the demo's)")
+    parser.add_argument("--compare-eval", action="store_true", help="all of --data: served against eval --clock wall")
     parser.add_argument("--clients", default=None, help=argparse.SUPPRESS)  # the child process's mode
     parser.add_argument("--sessions", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.clients:
-        client_main(args.clients, args.data, args.sessions, args.speed, args.out)
+        client_main(args.clients, args.data, args.sessions, args.speed, args.out, args.offset)
         return
 
     from clocktune.rendered_dataset import load_timeline_files
@@ -167,6 +176,8 @@ def main() -> None:
             )
         if args.model:
             _model_part(args, timelines, by_id, Path(record))
+        if args.model and args.compare_eval:
+            _compare_eval(args, timelines, by_id, Path(record))
 
 
 def _model_part(args: argparse.Namespace, timelines: list, by_id: dict, record: Path) -> None:
@@ -213,3 +224,51 @@ def _model_part(args: argparse.Namespace, timelines: list, by_id: dict, record: 
 
 if __name__ == "__main__":
     main()
+
+
+def _compare_eval(args: argparse.Namespace, timelines: list, by_id: dict, record: Path) -> None:
+    from clocktune.runtime.clocks import WallClock
+    from clocktune.runtime.play import run_policy
+    from clocktune.runtime.policy_factories import load_policy_model, policy_factory
+    from clocktune.runtime.session import SessionConfig
+    from clocktune.serve.live import LiveSessions
+    from data_gen.backends import make_backend, session_backends
+
+    loaded = load_policy_model(args.model)
+    factory = policy_factory("model", loaded=loaded, call_bias=args.call_bias)
+    live = LiveSessions(factory, "model", session_backends(), None, by_id, record)
+    started = time.perf_counter()
+    played = _serve_and_play_all(live, args.data, len(timelines), args.model_sessions, args.speed)
+    served_s = time.perf_counter() - started
+    served = {}
+    for result in played["results"]:
+        ended = next(m for m in result["messages"] if m["kind"] == "ended")
+        timeline_id = next(m for m in result["messages"] if m["kind"] == "ready")["session"].split("-", 3)[-1]
+        served[timeline_id] = bool(ended.get("accurate"))
+    started = time.perf_counter()
+    evaluated = run_policy(
+        "model",
+        timelines,
+        policy_factory("model", loaded=loaded, call_bias=args.call_bias),
+        make_backend,
+        SessionConfig(clock=WallClock()),
+        concurrency=1,
+    )
+    eval_s = time.perf_counter() - started
+    wall = {r.id: r.accurate for r in evaluated.results}
+    same = sum(served.get(key) == value for key, value in wall.items())
+    print(
+        f"served ({args.model_sessions} at a time, {served_s:.0f} s): accurate {sum(served.values())}/{len(served)};"
+        f" eval --clock wall (one at a time, {eval_s:.0f} s): accurate {sum(wall.values())}/{len(wall)};"
+        f" the same tasks completed on {same}/{len(wall)} dialogues"
+    )
+
+
+def _serve_and_play_all(sessions_object, data: str, count: int, width: int, speed: float) -> dict:
+    """Every timeline of ``data`` once, ``width`` client sessions at a time."""
+    results, seconds = [], 0.0
+    for start in range(0, count, width):
+        played = _serve_and_play(sessions_object, data, min(width, count - start), speed, offset=start)
+        results += played["results"]
+        seconds += played["seconds"]
+    return {"results": results, "seconds": seconds}

@@ -393,3 +393,14 @@ def test_chat_speaks_each_typed_line_word_by_word_and_prints_the_agents_timeline
     heard = [line for line in printed if "  you  " in line]
     assert len(heard) == len(spoken.split()) and heard[-1].endswith("[final]")
     assert printed[-1].split()[1:3] == ["ended", "done"]
+
+
+def test_a_recorded_session_is_written_inside_the_record_folder_whatever_its_timeline_is_named(dialogues, tmp_path):
+    from pathlib import Path
+
+    named = replace(dialogues[2], id="../../escaped")  # a timeline id is data, not a path
+    record = tmp_path / "deep" / "record"
+    with _server([named], record) as server:
+        _, ended = _play(server, named)
+    assert Path(ended["recorded"]).parent == record and Path(ended["recorded"]).exists()
+    assert not list(tmp_path.rglob("escaped*"))

@@ -342,7 +342,7 @@ class LiveSessions:
             result = score_session(log, self.policy_name)
             ended.update(accurate=result.accurate, failure=result.failure, latency_s=result.latency_s)
         if log is not None and self.record is not None and any(e.kind == "user_chunk" for e in log.timeline.events):
-            ended["recorded"] = str(self._record(log, message.fields.get("timeline") is not None))
+            ended["recorded"] = str(self._record(log, message.fields.get("timeline") is not None, session_id))
         outbox.overflowed = False
         outbox.queue.put_nowait(json.dumps(ended))
         outbox.queue.put_nowait(None)
@@ -392,13 +392,13 @@ class LiveSessions:
         else:
             raise ProtocolError("open: the session is already open")
 
-    def _record(self, log: SessionLog, has_truth: bool) -> Path:
+    def _record(self, log: SessionLog, has_truth: bool, session_id: str) -> Path:
         timeline = log.timeline
         if not has_truth:
             # What the session did is its ground truth: the calls it ran and the state it left.
             calls = [GroundTruthCall(name, arguments) for name, arguments in executed_calls(timeline)]
             timeline = Timeline(**{**_fields(timeline), "ground_truth": GroundTruth(calls, log.final_state, [])})
-        path = self.record / f"{timeline.id}.jsonl"
+        path = self.record / f"{session_id}.jsonl"  # the server's own name: a timeline id comes from data
         write_timelines(path, [timeline])
         return path
 
