@@ -3,8 +3,8 @@
     python scripts/bench_serve.py --data runs/demo/data/eval/data --scripted-sessions 200
     python scripts/bench_serve.py --data runs/demo/data/eval/data --model runs/demo/checkpoint --model-sessions 16
 
-The server runs in this process (``ServerThread``: uvicorn on the wall clock's loop, compute on the server's
-thread); the clients run in a child process, so that their work does not share the server's interpreter lock. Each
+The server runs in this process as ``clocktune serve`` runs (uvicorn on the wall clock's loop, the engine's compute
+on the main thread, where torch keeps its OpenMP parallelism); the clients run in a child process, so that their work does not share the server's interpreter lock. Each
 client opens a held-out timeline (``open.timeline``, cycling through ``--data``) and replays its user side in real
 time (``--speed`` faster), reading every message the server sends.
 
@@ -101,16 +101,37 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _serve_and_play(sessions_object, data: str, sessions: int, speed: float, offset: int = 0) -> dict:
-    from clocktune.serve.app import create_app
-    from clocktune.serve.server import ServerThread
+    """Serves on this (main) thread, as `clocktune serve` does, while a helper thread runs the client process."""
+    import threading
 
-    with ServerThread(create_app(sessions_object)) as server, tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "clients.json"
-        url = f"ws://127.0.0.1:{server.port}/session"
-        command = [sys.executable, __file__, "--clients", url, "--data", data, "--sessions", str(sessions)]
-        command += ["--offset", str(offset), "--speed", str(speed), "--out", str(out)]
-        subprocess.run(command, check=True)
-        return json.loads(out.read_text())
+    import uvicorn
+
+    from clocktune.runtime.wall_clock import run_wall
+    from clocktune.serve.app import create_app
+    from clocktune.serve.server import server_config
+
+    server = uvicorn.Server(server_config(create_app(sessions_object), "127.0.0.1", 0))
+    outcome: dict = {}
+
+    def clients() -> None:
+        try:
+            while not server.started:
+                time.sleep(0.01)
+            url = f"ws://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/session"
+            with tempfile.TemporaryDirectory() as folder:
+                out = Path(folder) / "clients.json"
+                command = [sys.executable, __file__, "--clients", url, "--data", data, "--sessions", str(sessions)]
+                command += ["--offset", str(offset), "--speed", str(speed), "--out", str(out)]
+                subprocess.run(command, check=True)
+                outcome.update(json.loads(out.read_text()))
+        finally:
+            server.should_exit = True
+
+    threading.Thread(target=clients, daemon=True).start()
+    run_wall(server.serve())
+    if not outcome:
+        raise RuntimeError("the clients failed")
+    return outcome
 
 
 def _check_streams(played: dict) -> tuple[int, int, int, int]:
@@ -122,7 +143,7 @@ def _check_streams(played: dict) -> tuple[int, int, int, int]:
     for result in played["results"]:
         messages = result["messages"]
         ended = next((m for m in messages if m["kind"] == "ended"), {})
-        streamed = [m for m in messages if m["kind"] not in ("ready", "ended", "error", "tool_request")]
+        streamed = [m for m in messages if m["kind"] not in ("ready", "ended", "error", "tool_request", "say_partial")]
         recorded = read_timelines(ended["recorded"])[0] if ended.get("recorded") else None
         same = recorded is not None and [(e.id, e.kind) for e in recorded.events] == [
             (m["id"], m["kind"]) for m in streamed
@@ -198,7 +219,8 @@ def _model_part(args: argparse.Namespace, timelines: list, by_id: dict, record: 
     latencies = [e["latency_s"] for e in ended if e.get("latency_s") is not None]
     print(f"model: {count} concurrent sessions over loopback, {played['seconds']:.1f} s")
     print(
-        f"  engine: {stats.forwards} forwards, mean batch {stats.rows / max(stats.forwards, 1):.2f}, largest"
+        f"  engine: {stats.forwards} forwards ({stats.tokens:,} tokens fed, {stats.seconds:.1f} s in forwards),"
+        f" mean batch {stats.rows / max(stats.forwards, 1):.2f}, largest"
         f" {max(stats.batch_sizes, default=0)}; accurate {accurate}/{count}; lost or reordered {broken}; valid"
         f" {valid}/{count}"
     )

@@ -6,8 +6,8 @@
 Serves the checkpoint with ``--domain smart_home`` and the held-out timelines, then for each held-out smart-home
 request with one utterance (``--requests`` of them) opens the page on that timeline (``?timeline=ID``: its state),
 types the request at a speaking pace, and records whether the agent called a tool before Enter, whether its answer
-holds the task's facts, and the latency the page measured. Prints a table; the first request's page is saved as the
-screenshot.
+holds the task's facts, and the latency the page measured. Prints a table; the page of the first request that called
+before Enter and answered with its facts is saved as the screenshot.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def main() -> None:
     print("|---|---|---|---|---|")
     try:
         with ServerThread(create_app(sessions)) as server:
-            for index, timeline in enumerate(requests):
+            shot = False  # the screenshot shows the first request called before Enter and answered with its facts
+            for timeline in requests:
                 driver.get(f"{server.url}/?timeline={timeline.id}")
                 time.sleep(1.0)  # the page opens its session
                 before: list = []
@@ -78,12 +79,13 @@ def main() -> None:
                 speak(driver, words, args.words_per_s, before_enter=lambda d, seen=before: seen.extend(rows(d)))
                 answer = wait_for_row(driver, lambda row: "say-final" in row[0], timeout_s=120)
                 latency = driver.find_element("id", "latency").text
-                called = any(row[1] == "CALL" for row in before)
+                called = any(row[1] == "call" for row in before)
                 facts = all(f.lower() in answer[2].lower() for f in timeline.ground_truth.facts)
                 print(f"| {' '.join(words)} | {called} | {facts} | {latency} | {answer[2]} |")
-                if index == 0 and args.screenshot:
+                if args.screenshot and called and facts and not shot:
                     time.sleep(1.0)
                     driver.save_screenshot(args.screenshot)
+                    shot = True
     finally:
         driver.quit()
     stats = factory.engine.stats

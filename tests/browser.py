@@ -62,15 +62,12 @@ def headless_chromium():
 
 
 def rows(driver) -> list[tuple[str, str, str]]:
-    """The page's timeline: (class, who, text) of each row."""
-    return [
-        (
-            li.get_attribute("class"),
-            li.find_element("css selector", ".who").text,
-            li.find_element("css selector", ".text").text,
-        )
-        for li in driver.find_elements("css selector", "#timeline li")
-    ]
+    """The page's timeline: (class, who, text) of each row, read in one script (rows change while the agent acts)."""
+    script = (
+        "return [...document.querySelectorAll('#timeline li')].map((li) =>"
+        " [li.className, li.querySelector('.who').textContent, li.querySelector('.text').textContent]);"
+    )
+    return [tuple(row) for row in driver.execute_script(script)]
 
 
 def speak(driver, words: list[str], words_per_s: float, before_enter=None) -> None:

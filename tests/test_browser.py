@@ -55,7 +55,7 @@ def test_typing_a_request_in_the_page_makes_the_agent_call_before_enter_and_answ
         )
         answer = wait_for_row(browser, lambda row: "say-final" in row[0], timeout_s=30)
         latency = browser.find_element("id", "latency").text
-    calls_before_enter = [row for row in seen_before_enter if row[1] == "CALL"]
+    calls_before_enter = [row for row in seen_before_enter if row[1] == "call"]
     assert calls_before_enter, seen_before_enter
     assert all(fact.lower() in answer[2].lower() for fact in timeline.ground_truth.facts), answer
     assert latency.endswith(" ms")  # the page measured end of words to the answer
