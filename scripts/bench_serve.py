@@ -244,10 +244,6 @@ def _model_part(args: argparse.Namespace, timelines: list, by_id: dict, record: 
     )
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _compare_eval(args: argparse.Namespace, timelines: list, by_id: dict, record: Path) -> None:
     from clocktune.runtime.clocks import WallClock
     from clocktune.runtime.play import run_policy
@@ -294,3 +290,7 @@ def _serve_and_play_all(sessions_object, data: str, count: int, width: int, spee
         results += played["results"]
         seconds += played["seconds"]
     return {"results": results, "seconds": seconds}
+
+
+if __name__ == "__main__":
+    main()

@@ -286,8 +286,8 @@ class LiveSessions:
                 raise ProtocolError(f"the first message opens the session, not {message.kind!r}")
             session_id = f"live-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
             header = self._header(message, session_id)
-        except (TimeoutError, Disconnected, ProtocolError) as error:
-            text = f"no open within {self.limits.idle_s:g} s" if isinstance(error, TimeoutError) else str(error)
+        except (asyncio.TimeoutError, Disconnected, ProtocolError) as error:
+            text = f"no open within {self.limits.idle_s:g} s" if isinstance(error, asyncio.TimeoutError) else str(error)
             await _refuse(channel, text or "the client left", 1008)
             return None
 
@@ -348,7 +348,7 @@ class LiveSessions:
         outbox.queue.put_nowait(None)
         try:
             await asyncio.wait_for(sender, self.limits.send_timeout_s)
-        except (TimeoutError, Disconnected, Exception):  # noqa: BLE001 - the client is gone; the session is over
+        except Exception:  # noqa: BLE001 - the client is gone or too slow; the session is over
             sender.cancel()
         await channel.close(1000, ended["reason"])
         return log
@@ -361,7 +361,7 @@ class LiveSessions:
             left = deadline - loop.time()
             try:
                 text = await asyncio.wait_for(channel.receive(), min(self.limits.idle_s, max(left, 0.0)))
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin before Python 3.11
                 reason = "time_limit" if left <= self.limits.idle_s else "idle"
                 outbox.post({"kind": "error", "t": session.now(), "message": f"session ended: {reason}"})
                 session.finish(reason)
