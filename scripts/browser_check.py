@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests/browser.py drives Chromium
 
-from tests.browser import headless_chromium, rows, speak, wait_for_row  # noqa: E402
+from tests.browser import headless_chromium, quit_chromium, rows, speak, wait_for_row  # noqa: E402
 
 
 def _words(timeline) -> list[str]:
@@ -87,7 +87,7 @@ def main() -> None:
                     driver.save_screenshot(args.screenshot)
                     shot = True
     finally:
-        driver.quit()
+        quit_chromium(driver)
     stats = factory.engine.stats
     print(f"engine: {stats.forwards} forwards, mean batch {stats.rows / max(stats.forwards, 1):.2f}")
 

@@ -38,11 +38,12 @@ def ensure_chromium() -> None:
 
 
 def headless_chromium():
-    """A headless Chromium driven by Selenium, with a fresh profile (quit it when done)."""
+    """A headless Chromium driven by Selenium, with a fresh profile (:func:`quit_chromium` when done)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     ensure_chromium()
+    profile = tempfile.mkdtemp(prefix="clocktune-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
@@ -55,10 +56,18 @@ def headless_chromium():
         "--disable-sync",
         "--no-first-run",
         "--window-size=1100,900",
-        f"--user-data-dir={tempfile.mkdtemp(prefix='clocktune-chromium-')}",
+        f"--user-data-dir={profile}",
     ):
         options.add_argument(flag)
-    return webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.profile_folder = profile
+    return driver
+
+
+def quit_chromium(driver) -> None:
+    """Quits the browser and removes its profile folder."""
+    driver.quit()
+    shutil.rmtree(driver.profile_folder, ignore_errors=True)
 
 
 def rows(driver) -> list[tuple[str, str, str]]:

@@ -8,7 +8,7 @@ from clocktune.serve.app import create_app
 from clocktune.serve.live import LiveSessions
 from clocktune.serve.server import ServerThread
 from data_gen.backends import session_backends
-from tests.browser import headless_chromium, rows, speak, wait_for_row
+from tests.browser import headless_chromium, quit_chromium, rows, speak, wait_for_row
 
 
 def _spoken_words(timeline):
@@ -36,7 +36,7 @@ def smart_home_request(generated):
 def browser():
     driver = headless_chromium()
     yield driver
-    driver.quit()
+    quit_chromium(driver)
 
 
 def test_typing_a_request_in_the_page_makes_the_agent_call_before_enter_and_answer_with_the_facts(
