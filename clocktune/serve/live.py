@@ -287,7 +287,9 @@ class LiveSessions:
             session_id = f"live-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
             header = self._header(message, session_id)
         except (asyncio.TimeoutError, Disconnected, ProtocolError) as error:
-            text = f"no open within {self.limits.idle_s:g} s" if isinstance(error, asyncio.TimeoutError) else str(error)
+            text = (
+                f"no open within {self.limits.idle_s:g} s" if isinstance(error, asyncio.TimeoutError) else str(error)
+            )
             await _refuse(channel, text or "the client left", 1008)
             return None
 
