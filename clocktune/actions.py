@@ -24,7 +24,7 @@ from clocktune.encoding.formats import (
     ModelFormat,
     get_format,
 )
-from clocktune.timeline.bounded_json import loads_bounded
+from clocktune.timeline.bounded_json import MAX_DEPTH, loads_bounded
 from clocktune.timeline.events import Event
 
 # Call ids as the generator and the runtime write them ("c1"); no whitespace, no markup.
@@ -102,11 +102,12 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def strict_json_loads(text: str) -> Any:
+def strict_json_loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     """Parses JSON strictly, as model output must be: no ``NaN``/``Infinity``, no duplicate keys, bounded nesting.
 
     Args:
         text: JSON text.
+        max_depth: Deepest nesting allowed.
 
     Returns:
         The value.
@@ -116,7 +117,7 @@ def strict_json_loads(text: str) -> Any:
             nested deeper or longer than ``clocktune.timeline.bounded_json`` allows (a degenerate generation of
             ``[[[[...`` must be a parse error the runtime can report, not a ``RecursionError``).
     """
-    return loads_bounded(text, parse_constant=_reject_constant)  # keys are unique there too
+    return loads_bounded(text, max_depth=max_depth, parse_constant=_reject_constant)  # keys are unique there too
 
 
 def _json_object(text: str, keys: tuple[str, ...], what: str) -> dict[str, Any]:

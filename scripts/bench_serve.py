@@ -102,36 +102,19 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _serve_and_play(sessions_object, data: str, sessions: int, speed: float, offset: int = 0) -> dict:
     """Serves on this (main) thread, as `clocktune serve` does, while a helper thread runs the client process."""
-    import threading
-
-    import uvicorn
-
-    from clocktune.runtime.wall_clock import run_wall
     from clocktune.serve.app import create_app
-    from clocktune.serve.server import server_config
+    from clocktune.serve.server import serve_alongside
 
-    server = uvicorn.Server(server_config(create_app(sessions_object), "127.0.0.1", 0))
-    outcome: dict = {}
+    def clients(port: int) -> dict:
+        with tempfile.TemporaryDirectory() as folder:
+            out = Path(folder) / "clients.json"
+            url = f"ws://127.0.0.1:{port}/session"
+            command = [sys.executable, __file__, "--clients", url, "--data", data, "--sessions", str(sessions)]
+            command += ["--offset", str(offset), "--speed", str(speed), "--out", str(out)]
+            subprocess.run(command, check=True)
+            return json.loads(out.read_text())
 
-    def clients() -> None:
-        try:
-            while not server.started:
-                time.sleep(0.01)
-            url = f"ws://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/session"
-            with tempfile.TemporaryDirectory() as folder:
-                out = Path(folder) / "clients.json"
-                command = [sys.executable, __file__, "--clients", url, "--data", data, "--sessions", str(sessions)]
-                command += ["--offset", str(offset), "--speed", str(speed), "--out", str(out)]
-                subprocess.run(command, check=True)
-                outcome.update(json.loads(out.read_text()))
-        finally:
-            server.should_exit = True
-
-    threading.Thread(target=clients, daemon=True).start()
-    run_wall(server.serve())
-    if not outcome:
-        raise RuntimeError("the clients failed")
-    return outcome
+    return serve_alongside(create_app(sessions_object), clients)
 
 
 def _check_streams(played: dict) -> tuple[int, int, int, int]:

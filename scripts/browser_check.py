@@ -19,16 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests/browser.py drives Chromium
 
-from tests.browser import headless_chromium, quit_chromium, rows, speak, wait_for_row  # noqa: E402
-
-
-def _words(timeline) -> list[str]:
-    chunks = {}
-    for event in timeline.events:
-        if event.kind == "user_chunk":
-            chunks.pop(event.revises, None)
-            chunks[event.id] = event.text
-    return " ".join(chunks.values()).split()
+from tests.browser import headless_chromium, quit_chromium, rows, speak, spoken_words, wait_for_row  # noqa: E402
 
 
 def main() -> None:
@@ -75,7 +66,7 @@ def main() -> None:
                 driver.get(f"{server.url}/?timeline={timeline.id}")
                 time.sleep(1.0)  # the page opens its session
                 before: list = []
-                words = _words(timeline)
+                words = spoken_words(timeline)
                 speak(driver, words, args.words_per_s, before_enter=lambda d, seen=before: seen.extend(rows(d)))
                 answer = wait_for_row(driver, lambda row: "say-final" in row[0], timeout_s=120)
                 latency = driver.find_element("id", "latency").text

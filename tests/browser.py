@@ -70,6 +70,16 @@ def quit_chromium(driver) -> None:
     shutil.rmtree(driver.profile_folder, ignore_errors=True)
 
 
+def spoken_words(timeline) -> list[str]:
+    """The words of a timeline's user chunks as the user finally said them (a revision replaces what it revises)."""
+    chunks = {}
+    for event in timeline.events:
+        if event.kind == "user_chunk":
+            chunks.pop(event.revises, None)
+            chunks[event.id] = event.text
+    return " ".join(chunks.values()).split()
+
+
 def rows(driver) -> list[tuple[str, str, str]]:
     """The page's timeline: (class, who, text) of each row, read in one script (rows change while the agent acts)."""
     script = (

@@ -8,16 +8,7 @@ from clocktune.serve.app import create_app
 from clocktune.serve.live import LiveSessions
 from clocktune.serve.server import ServerThread
 from data_gen.backends import session_backends
-from tests.browser import headless_chromium, quit_chromium, rows, speak, wait_for_row
-
-
-def _spoken_words(timeline):
-    chunks = {}
-    for event in timeline.events:
-        if event.kind == "user_chunk":
-            chunks.pop(event.revises, None)  # a revision replaces the words it revises
-            chunks[event.id] = event.text
-    return " ".join(chunks.values()).split()
+from tests.browser import headless_chromium, quit_chromium, rows, speak, spoken_words, wait_for_row
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +41,7 @@ def test_typing_a_request_in_the_page_makes_the_agent_call_before_enter_and_answ
     with ServerThread(create_app(sessions)) as server:
         browser.get(f"{server.url}/?timeline={timeline.id}")
         assert _ready(browser)
-        speak(
-            browser, _spoken_words(timeline), words_per_s=5, before_enter=lambda d: seen_before_enter.extend(rows(d))
-        )
+        speak(browser, spoken_words(timeline), words_per_s=5, before_enter=lambda d: seen_before_enter.extend(rows(d)))
         answer = wait_for_row(browser, lambda row: "say-final" in row[0], timeout_s=30)
         latency = browser.find_element("id", "latency").text
     calls_before_enter = [row for row in seen_before_enter if row[1] == "call"]

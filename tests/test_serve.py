@@ -330,7 +330,7 @@ def test_live_sessions_of_a_model_share_the_engines_forwards_and_each_ends_clean
         timelines={t.id: t for t in dialogues},
         config=SessionConfig(max_notices=4, turn_limit_s=1.0, device=DeviceProfile("slow", 1e4, 50.0, 0.0)),
     )
-    ended, streams = [], []
+    ended = []
 
     def client(timeline):
         with connect(_socket_url(server)) as ws:
@@ -339,7 +339,6 @@ def test_live_sessions_of_a_model_share_the_engines_forwards_and_each_ends_clean
             reader.wait_for("ready")
             _replay_user_side(ws, timeline)
             ended.append(reader.wait_for("ended", timeout_s=60))
-            streams.append(reader.messages)
 
     with ServerThread(create_app(sessions)) as server:
         threads = [threading.Thread(target=client, args=(t,)) for t in dialogues[:6]]
@@ -351,17 +350,6 @@ def test_live_sessions_of_a_model_share_the_engines_forwards_and_each_ends_clean
     stats = factory.engine.stats
     assert max(stats.batch_sizes) > 1  # live sessions deciding together shared a forward
     assert stats.rows / stats.forwards > 1.0
-    # Each say was streamed as it was decoded: its words so far, growing, before the say event itself (random
-    # weights rarely say anything; tests/test_model_policy.py tests the stream itself).
-    for messages in streams:
-        partial = []
-        for message in messages:
-            if message["kind"] == "say_partial":
-                partial.append(message["text"])
-            elif message["kind"] == "say":
-                assert partial and message["text"].startswith(partial[-1]), (partial, message)
-                assert all(later.startswith(earlier) for earlier, later in zip(partial, partial[1:], strict=False))
-                partial = []
 
 
 def test_serve_refuses_a_public_bind_without_a_token_before_loading_anything(capsys, monkeypatch):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -123,29 +122,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return 0
     if args.model is None:
         raise ValueError("give --model (served here, on loopback) or --url (a running server's session socket)")
-    import uvicorn
-
-    from clocktune.runtime.wall_clock import run_wall
     from clocktune.serve.app import create_app
-    from clocktune.serve.server import server_config
+    from clocktune.serve.server import serve_alongside
 
     args.host = "127.0.0.1"
-    server = uvicorn.Server(server_config(create_app(build_sessions(args)), "127.0.0.1", 0))
 
-    def talk() -> None:
+    def talk(port: int) -> None:
         # The server computes on this (main) thread, so the terminal's side runs on a thread of its own.
-        while not server.started:
-            threading.Event().wait(0.05)
-        port = server.servers[0].sockets[0].getsockname()[1]
         print("type what you would say; Enter ends the utterance, /quit or Ctrl-D leaves", file=sys.stderr)
-        try:
-            chat(f"ws://127.0.0.1:{port}/session", args.words_per_s, args.seed)
-        finally:
-            server.should_exit = True
+        chat(f"ws://127.0.0.1:{port}/session", args.words_per_s, args.seed)
 
-    threading.Thread(target=talk, daemon=True).start()
     try:
-        run_wall(server.serve())
+        serve_alongside(create_app(build_sessions(args)), talk)
     except KeyboardInterrupt:
         pass
     return 0

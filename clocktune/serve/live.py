@@ -151,7 +151,8 @@ class _Outbox:
     overflowed: bool = False
 
     def __post_init__(self) -> None:
-        self.queue = asyncio.Queue(maxsize=self.size + 2)  # room for the last error and the end marker
+        # Room kept past ``size`` for the last error, the end and the end marker.
+        self.queue = asyncio.Queue(maxsize=self.size + 3)
 
     def post(self, message: dict[str, Any] | str) -> bool:
         if self.overflowed:
@@ -161,6 +162,12 @@ class _Outbox:
             return False
         self.queue.put_nowait(message if isinstance(message, str) else json.dumps(message))
         return True
+
+    def last(self, message: dict[str, Any]) -> None:
+        """The session's last message (its failure or its end), then the end marker: always queued, in the room
+        kept for them."""
+        if self.queue.qsize() < self.size + 2:
+            self.queue.put_nowait(json.dumps(message))
 
 
 async def _close_policy(policy: Policy) -> None:
@@ -334,19 +341,18 @@ class LiveSessions:
             log = await running
         except Exception as error:  # noqa: BLE001 - never a traceback to the client
             _LOG.exception("session %s failed", header.id)
-            outbox.overflowed = False
-            outbox.post({"kind": "error", "t": 0.0, "message": f"the session failed: {type(error).__name__}"})
+            outbox.last({"kind": "error", "t": 0.0, "message": f"the session failed: {type(error).__name__}"})
         finally:
             receiver.cancel()
             await _close_policy(policy)
         ended: dict[str, Any] = {"kind": "ended", "t": session.now(), "reason": log.end_reason if log else "failed"}
-        if log is not None and self.timelines.get(message.fields.get("timeline", "")) is not None:
+        opened = "timeline" in message.fields  # a held-out timeline: its ground truth scores the session
+        if log is not None and opened:
             result = score_session(log, self.policy_name)
             ended.update(accurate=result.accurate, failure=result.failure, latency_s=result.latency_s)
         if log is not None and self.record is not None and any(e.kind == "user_chunk" for e in log.timeline.events):
-            ended["recorded"] = str(self._record(log, message.fields.get("timeline") is not None, session_id))
-        outbox.overflowed = False
-        outbox.queue.put_nowait(json.dumps(ended))
+            ended["recorded"] = str(self._record(log, opened, session_id))
+        outbox.last(ended)
         outbox.queue.put_nowait(None)
         try:
             await asyncio.wait_for(sender, self.limits.send_timeout_s)

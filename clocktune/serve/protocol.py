@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from clocktune.timeline.bounded_json import loads_bounded
+from clocktune.actions import strict_json_loads
 from clocktune.timeline.events import Event, ToolSchema
 
 __all__ = [
@@ -90,10 +90,6 @@ def _only(record: dict[str, Any], kind: str, allowed: set[str]) -> None:
         raise ProtocolError(f"{kind}: unknown field(s) {unknown}")
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")  # NaN and Infinity: Python's parser takes them, the timeline's schema not
-
-
 def parse_client_message(text: str | bytes) -> ClientMessage:
     """Parses and checks one client message.
 
@@ -111,7 +107,7 @@ def parse_client_message(text: str | bytes) -> ClientMessage:
     if size > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {size:,} bytes is over the limit of {MAX_MESSAGE_BYTES:,}")
     try:
-        record = loads_bounded(text, max_depth=MAX_MESSAGE_DEPTH, parse_constant=_no_constant)
+        record = strict_json_loads(text, max_depth=MAX_MESSAGE_DEPTH)  # no NaN, unique keys, bounded
     except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError, duplicate keys, too deep
         raise ProtocolError(f"not a JSON message: {error}") from None
     if not isinstance(record, dict):

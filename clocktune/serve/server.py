@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import ipaddress
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import uvicorn
 
 from clocktune.runtime.wall_clock import run_wall
 
-__all__ = ["WS_MAX_BYTES", "ServerThread", "is_loopback", "run_server", "server_config"]
+__all__ = ["WS_MAX_BYTES", "ServerThread", "is_loopback", "run_server", "serve_alongside", "server_config"]
 
-# The transport's frame limit. Frames up to this size are read and refused by the protocol's own limit (1 MB) with an
-# `error` message, the session going on; a larger frame is refused by the transport before it is read (close 1009),
-# so no client makes the server hold more than this for one message.
+T = TypeVar("T")
+
+# The transport's frame limit (uvicorn's ws_max_size). Frames up to this size are read and refused by the protocol's
+# own limit (1 MB) with an `error` message, the session going on (tested with 10 MB); uvicorn closes on a larger one
+# (1009), so this bounds what one message can make the server hold.
 WS_MAX_BYTES = 16 * 1024 * 1024
 
 
@@ -58,6 +61,38 @@ def run_server(app: Any, host: str, port: int) -> None:
         port: Port to bind (0: any free port).
     """
     run_wall(uvicorn.Server(server_config(app, host, port)).serve())
+
+
+def serve_alongside(app: Any, client: Callable[[int], T], host: str = "127.0.0.1") -> T:
+    """Serves ``app`` on this thread (the compute's, as :func:`run_server`) while ``client(port)`` runs on a helper
+    thread; the server stops when the client returns.
+
+    Args:
+        app: The ASGI app.
+        client: Called with the bound port once the server listens (a terminal, a benchmark's clients).
+        host: Interface to bind.
+
+    Returns:
+        What ``client`` returned; its exception is raised here.
+    """
+    server = uvicorn.Server(server_config(app, host, 0))
+    outcome: dict[str, Any] = {}
+
+    def run_client() -> None:
+        try:
+            while not server.started:
+                threading.Event().wait(0.01)
+            outcome["result"] = client(server.servers[0].sockets[0].getsockname()[1])
+        except BaseException as error:  # noqa: BLE001 - raised on the serving thread below
+            outcome["error"] = error
+        finally:
+            server.should_exit = True
+
+    threading.Thread(target=run_client, name="clocktune-serve-client", daemon=True).start()
+    run_wall(server.serve())
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
 class ServerThread:
