@@ -37,7 +37,8 @@ from pathlib import Path
 
 import torch
 
-from clocktune.runtime.drafters import CANDIDATES, measure_speculation_costs, resolve_drafter
+from clocktune.runtime.drafters import CANDIDATES
+from clocktune.runtime.speculation_costs import measure_speculation_costs, resolve_drafter
 from clocktune.runtime.speculation_runs import first_divergence, live_latency_p50, play_drafters
 from clocktune.runtime.speculative import expected_speedup
 

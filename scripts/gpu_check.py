@@ -58,8 +58,9 @@ from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from clocktune.collate import IGNORE_INDEX, StreamingCollator, pack_best_fit
 from clocktune.masks import attention_inputs
-from clocktune.runtime.drafters import make_drafter, measure_draft_ratio
+from clocktune.runtime.drafters import make_drafter
 from clocktune.runtime.incremental import Rates, measure_rates, measure_verify_ratios
+from clocktune.runtime.speculation_costs import measure_draft_ratio
 from clocktune.runtime.speculative import SpeculationCosts, break_even_acceptance
 
 WARMUP_STEPS = 3
@@ -72,8 +73,7 @@ FLOPS_PER_PARAM_TOKEN = {"lora": 4, "full": 6}
 LEARNING_RATE = {"lora": 2e-4, "full": 1e-5}  # the 3B recipes' rates; they only keep the updates realistic
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear", "task_type": "CAUSAL_LM"}
 
-# The real configs (STACK-NOTES "Real model configs"); rope_parameters is the transformers 5 spelling of
-# rope_theta + rope_scaling.
+# The real configs (STACK-NOTES "Real model configs"); rope_parameters: transformers 5's rope_theta + rope_scaling.
 ARCHITECTURES = {
     "qwen2.5": (
         Qwen2Config,

@@ -105,3 +105,27 @@ def tiny_chatml_model():
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, **TINY)).eval()
     model.config._attn_implementation = "sdpa"
     return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_four_layer_model():
+    """A random 4-layer Llama whose last two layers add little: its first two layers agree with it often, not always."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from clocktune.encoding import extend_tokenizer, get_codec
+    from tests.tiny_models import TINY
+    from tests.tiny_tokenizer import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer("chatml")
+    extend_tokenizer(tokenizer, get_codec("abs_bins"), "chatml")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, **{**TINY, "num_hidden_layers": 4})
+    model = LlamaForCausalLM(config).eval()
+    model.config._attn_implementation = "sdpa"
+    with torch.no_grad():
+        for layer in model.model.layers[2:]:
+            layer.self_attn.o_proj.weight.mul_(0.3)
+            layer.mlp.down_proj.weight.mul_(0.3)
+        model.lm_head.weight.mul_(8.0)  # peaky next-token distributions: greedy loops, samples concentrate
+    return model, tokenizer

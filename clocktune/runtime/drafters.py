@@ -9,15 +9,22 @@ policy as it evolves. One small interface (:class:`Drafter`: ``session()`` per p
   a tool's result), and the lookup costs microseconds, not a forward.
 - ``layer_skip[:N]`` (:class:`LayerSkipDrafter`): the target's first N decoder layers, its final norm and its head
   (the same modules: weights and a LoRA shared, so nothing to re-derive when they change). It needs no cache of its
-  own: the target's cache already holds exactly the keys and values of those N layers for the context (same weights,
-  same inputs), so the drafter appends its draft to the first N layers of that cache and crops them back after.
+  own: the session's cache in the engine already holds exactly the keys and values of those N layers for the
+  context (same weights, same inputs), so the drafter's forwards (``Forward(layers=N)``) append its draft to the
+  first N layers past the session's confirmed tokens, and the session is cropped back after.
 - ``int8`` / ``int4`` (:class:`QuantizedDrafter`): a copy of the whole model with torchao weight-only quantization
-  (the LoRA merged into the copy), its own cache kept in step with the target's context lazily (longest common
-  prefix). Re-derived when the target's weights change (an on-policy update; tensors' version counters say so).
+  (the LoRA merged into the copy) in an engine of its own, each session's cache there kept in step with the
+  target's context lazily (longest common prefix; ``Forward(over=...)``). Re-derived when the target's weights
+  change (an on-policy update; tensors' version counters say so), its rebuild time kept (``rebuild_s``).
   Which and why: torchao is PyTorch's own quantization library, runs on CPU and CUDA, and quantizes in place; int8
   weight-only is its CPU path (``int4`` weight-only needs CUDA kernels). On the 2-core CPU it is *slower* than the
   float32 target (88 ms against 45 ms a token, STACK-NOTES.md: no fast int8 GEMV kernel there), so it is available
   but the cost model never picks it there; on a GPU, where decode is bandwidth-bound, the smaller weights pay.
+
+A drafter's work is written as the engine's model work (``engine.ModelWork``): it yields the forwards it needs and
+the engine batches them with other sessions' (a layer-skip drafter's shallow forwards with each other, a quantized
+drafter's with each other in its engine). Sampled drafts use the action's noise (``speculative.SamplingNoise``), the
+target's own, so they agree with the target's draws as often as the two distributions allow.
 
 The grammar's forced tokens (keys, the call id: text only one way to go on) are a free draft the policy puts in
 front of any drafter's (``speculative.TokenPicker.forced``).
@@ -25,32 +32,28 @@ front of any drafter's (``speculative.TokenPicker.forced``).
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from clocktune.runtime.incremental import crop_cache, feed_rows, measure_verify_ratios
-from clocktune.runtime.speculative import SpeculationCosts, acceptance_prior, draft_pays, expected_speedup
+from clocktune.runtime.engine import Engine, EngineSession, Forward, decoder_layers
+from clocktune.runtime.speculative import SamplingNoise
 
 __all__ = [
     "DRAFTERS",
     "Draft",
     "DraftRequest",
+    "DraftWork",
     "Drafter",
     "LayerSkipDrafter",
     "PromptLookupDrafter",
     "QuantizedDrafter",
     "make_drafter",
-    "measure_draft_ratio",
-    "measure_speculation_costs",
-    "resolve_drafter",
 ]
 
 # ``--draft`` values (``layer_skip:N`` picks N layers; ``auto`` is resolved by ``policy_factories``).
@@ -63,28 +66,29 @@ LAYER_SKIP_SHARE = 0.4
 
 @dataclass
 class DraftRequest:
-    """What a drafter sees: the context, the target's cache, and how long a draft to write.
+    """What a drafter sees: the context, the target's session, and how long a draft to write.
 
     Args:
         ids: The whole context: the ids in the target's cache, then those not fed yet (the last token chosen, and
             the grammar's forced tokens); the draft continues it.
         cached: How many of ``ids`` the target's cache holds.
-        cache: The target's KV cache (a layer-skip drafter grows its first layers and crops them back).
+        session: The target's session in the engine (a layer-skip drafter writes past ``cached`` in its first
+            layers and crops it back); ``None`` for a drafter that needs none.
         times: Time of each context token up to the action's prompt (the renderer's ``time``).
         t: The action's time (its prompt, its tokens and drafts are all fed at it).
         visible_until: Until when each token may be attended, with room for the draft.
         gamma: Tokens to draft (a drafter may return fewer, or none).
         end_id: The end-of-message token (drafting stops after it).
         system: Length of the system prompt at the start of ``ids`` (a prefix shared by sessions).
-        temperature: 0 to draft greedily; else drafts are drawn from ``softmax(logits / T)`` with their
-            distributions returned (rejection sampling needs them).
-        rng: Random stream for sampled drafts.
+        temperature: 0 to draft greedily; else each draft token is the drafter's draw with the action's noise.
+        noise: The action's sampling noise (the target's).
+        written: Tokens of the action before the draft's first token (its position in the action, for the noise).
         corpus: Ids a lookup may also copy from, though not in the context (:func:`call_skeletons`).
     """
 
     ids: list[int]
     cached: int
-    cache: Any
+    session: EngineSession | None
     times: Sequence[float]
     t: float
     visible_until: list[float]
@@ -92,7 +96,8 @@ class DraftRequest:
     end_id: int
     system: int = 0
     temperature: float = 0.0
-    rng: np.random.Generator | None = None
+    noise: SamplingNoise | None = None
+    written: int = 0
     corpus: Sequence[int] = ()
 
     def times_of(self, start: int, stop: int) -> list[float]:
@@ -103,27 +108,25 @@ class DraftRequest:
 
 @dataclass
 class Draft:
-    """Proposed tokens, and for sampled ones the distribution each was drawn from.
+    """Proposed tokens.
 
     Args:
         tokens: The draft.
-        probs: Per token, the drafter's distribution (``None`` for a deterministic proposal); ``None``: all are.
         forced: How many leading tokens the grammar forced (not the drafter's: its acceptance leaves them out).
     """
 
     tokens: list[int]
-    probs: list[np.ndarray | None] | None = None
     forced: int = 0
 
-    def prob(self, index: int) -> np.ndarray | None:
-        """The distribution of token ``index`` (``None`` when proposed deterministically)."""
-        return None if self.probs is None or index >= len(self.probs) else self.probs[index]
+
+# A draft's model work: yields the forwards the drafter needs, receives their logits, returns the draft.
+DraftWork = Generator[Forward, torch.Tensor, Draft]
 
 
 class DraftSession(Protocol):
     """One policy session's drafting (a drafter's own cache lives here)."""
 
-    def propose(self, request: DraftRequest) -> Draft: ...
+    def propose(self, request: DraftRequest) -> DraftWork: ...
 
     def close(self) -> None: ...
 
@@ -136,31 +139,31 @@ class Drafter(Protocol):
     def session(self) -> DraftSession: ...
 
 
-def _pick(logits: torch.Tensor, request: DraftRequest) -> tuple[int, np.ndarray | None]:
-    # The drafter's own choice: its argmax, or a draw from softmax(logits / T) with the distribution kept.
-    if request.temperature <= 0 or request.rng is None:
-        return int(logits.argmax()), None
-    values = logits.detach().float().cpu().numpy().astype(np.float64) / request.temperature
-    weights = np.exp(values - values.max())
-    probs = weights / weights.sum()
-    cumulative = np.cumsum(probs)
-    token = int(min(np.searchsorted(cumulative, request.rng.random(), side="right"), len(probs) - 1))
-    return token, probs
+def _without_forwards(draft: Draft) -> DraftWork:
+    # A draft that needs no forward, as draft work (the engine is not asked for anything).
+    return draft
+    yield  # unreachable: makes this function a generator
 
 
-def _draft_with(forward: Callable[[list[int]], torch.Tensor], fresh: list[int], request: DraftRequest) -> Draft:
-    # The autoregressive loop of a model drafter: ``forward(ids)`` feeds ids over the drafter's cache and returns the
-    # next-token logits; the draft stops at ``gamma`` tokens or the end token.
+def _pick(logits: torch.Tensor, request: DraftRequest, index: int) -> int:
+    # The drafter's own choice: its argmax, or its draw with the target's noise at the token's position.
+    if request.temperature <= 0 or request.noise is None:
+        return int(logits.argmax())
+    return request.noise.sample(logits, request.written + index, request.temperature)
+
+
+def _draft_work(request_for: Callable[[list[int]], Forward], fresh: list[int], request: DraftRequest) -> DraftWork:
+    # The autoregressive loop of a model drafter: ``request_for(ids)`` is the forward that feeds ids over the drafter's
+    # cache (its logits: the next token's); the draft stops at ``gamma`` tokens or the end token.
     tokens: list[int] = []
-    probs: list[np.ndarray | None] = []
     while len(tokens) < request.gamma:
-        token, prob = _pick(forward(fresh), request)
+        logits = (yield request_for(fresh))[0]
+        token = _pick(logits, request, len(tokens))
         tokens.append(token)
-        probs.append(prob)
         if token == request.end_id:
             break
         fresh = [token]
-    return Draft(tokens, probs if request.temperature > 0 else None)
+    return Draft(tokens)
 
 
 class PromptLookupDrafter:
@@ -185,14 +188,18 @@ class PromptLookupDrafter:
     def close(self) -> None:
         """Nothing to release."""
 
-    def propose(self, request: DraftRequest) -> Draft:
+    def propose(self, request: DraftRequest) -> DraftWork:
+        """:meth:`lookup` as draft work (it needs no forward)."""
+        return _without_forwards(self.lookup(request))
+
+    def lookup(self, request: DraftRequest) -> Draft:
         """The continuation of the latest earlier occurrence of the context's last n-gram.
 
         Args:
             request: The context and draft length.
 
         Returns:
-            Up to ``gamma`` tokens (none without a match); deterministic, so sampled verification sees point masses.
+            Up to ``gamma`` tokens (none without a match); deterministic, whatever the temperature.
         """
         # The corpus first and apart (-1 is no token: no match spans the seam), so that at equal length the
         # context's latest match wins.
@@ -242,17 +249,6 @@ def call_skeletons(tokenizer: Any, model_format: Any, tools: Sequence[Any]) -> l
     return tokenizer.encode(text, add_special_tokens=False) if text else []
 
 
-def _decoder_layers(model: Any) -> tuple[Any, str]:
-    # The module holding the decoder's layer list, and the list's attribute name (model.model.layers for Llama and
-    # Qwen2; deeper under a PEFT wrapper).
-    count = model.config.num_hidden_layers
-    for name, module in model.named_modules():
-        if name.endswith("layers") and isinstance(module, torch.nn.ModuleList) and len(module) == count:
-            parent, _, attribute = name.rpartition(".")
-            return model.get_submodule(parent), attribute
-    raise ValueError(f"{type(model).__name__}: no list of {count} decoder layers found")
-
-
 class LayerSkipDrafter:
     """Drafts with the target's first ``layers`` decoder layers, its final norm and head, over the target's cache.
 
@@ -266,9 +262,9 @@ class LayerSkipDrafter:
         self.layers = layers or max(1, round(total * LAYER_SKIP_SHARE))
         if not 1 <= self.layers < total:
             raise ValueError(f"a layer-skip drafter keeps 1 to {total - 1} of {total} layers, got {self.layers}")
+        decoder_layers(model)  # a model whose layer list cannot be found fails here, not mid-session
         self.name = f"layer_skip:{self.layers}"
         self.model = model
-        self._parent, self._attribute = _decoder_layers(model)
 
     def session(self) -> LayerSkipDrafter:
         """Stateless: its cache is the target's."""
@@ -277,33 +273,22 @@ class LayerSkipDrafter:
     def close(self) -> None:
         """Nothing to release."""
 
-    @contextlib.contextmanager
-    def shallow(self) -> Iterator[None]:
-        """The target with only its first ``layers`` layers while inside (the forward iterates the list it holds)."""
-        full = getattr(self._parent, self._attribute)
-        setattr(self._parent, self._attribute, torch.nn.ModuleList(list(full)[: self.layers]))
-        try:
-            yield
-        finally:
-            setattr(self._parent, self._attribute, full)
-
-    def propose(self, request: DraftRequest) -> Draft:
-        """Drafts ``gamma`` tokens through the shallow model over the first layers of the target's cache.
+    def propose(self, request: DraftRequest) -> DraftWork:
+        """Drafts ``gamma`` tokens through the first layers over the target's session (``Forward(layers=...)``),
+        then crops the session back to ``cached``: the verification feeds the draft through every layer.
 
         Args:
-            request: The context, the target's cache and the draft length.
+            request: The context, the target's session and the draft length.
 
         Returns:
-            The draft (with each token's distribution when sampling).
+            The draft, as draft work.
         """
-        cache, cached = request.cache, request.cached
 
-        def forward(ids: list[int]) -> torch.Tensor:
-            return feed_rows(self.model, cache, ids, [request.t] * len(ids), request.visible_until, 1)[0]
+        def forward(ids: list[int]) -> Forward:
+            return Forward(ids, [request.t] * len(ids), request.visible_until, 1, layers=self.layers)
 
-        with self.shallow():
-            draft = _draft_with(forward, request.ids[cached:], request)
-        crop_cache(cache, cached)  # only the first layers grew; the target's verification feeds the draft itself
+        draft = yield from _draft_work(forward, request.ids[request.cached :], request)
+        request.session.crop(request.cached)
         return draft
 
 
@@ -320,7 +305,7 @@ def weights_stamp(model: Any) -> tuple[int, ...]:
 
 
 class QuantizedDrafter:
-    """Drafts with a torchao weight-only quantized copy of the target (int8; int4 on CUDA), with its own cache.
+    """Drafts with a torchao weight-only quantized copy of the target (int8; int4 on CUDA) in an engine of its own.
 
     Args:
         model: The target (plain or PEFT; a LoRA is merged into the copy).
@@ -334,21 +319,24 @@ class QuantizedDrafter:
         self.bits = bits
         self.model = model
         self.draft_model: Any = None
+        self.engine: Engine | None = None
         self.stamp: tuple[int, ...] = ()
-        self.system_caches: dict[tuple[int, ...], Any] = {}
+        self.rebuild_s: list[float] = []  # seconds of each (re)build, the first included
         self.derive()
 
     def derive(self) -> None:
-        """(Re)builds the quantized copy from the target's current weights."""
+        """(Re)builds the quantized copy and its engine from the target's current weights."""
         from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
 
+        started = time.perf_counter()
         draft = copy.deepcopy(self.model)
         if hasattr(draft, "merge_and_unload"):  # PEFT: the adapter goes into the weights that get quantized
             draft = draft.merge_and_unload()
         quantize_(draft, Int8WeightOnlyConfig() if self.bits == 8 else Int4WeightOnlyConfig())
         self.draft_model = draft.eval()
-        self.system_caches = {}
+        self.engine = Engine(self.draft_model)
         self.stamp = weights_stamp(self.model)
+        self.rebuild_s.append(time.perf_counter() - started)
 
     def session(self) -> _QuantizedSession:
         """A session with its own cache, after re-deriving the copy if the target's weights changed."""
@@ -358,62 +346,52 @@ class QuantizedDrafter:
 
 
 class _QuantizedSession:
-    """A quantized drafter's cache over one session, kept in step with the target's context."""
+    """A quantized drafter's cache over one session, in the drafter's engine, kept in step with the target's
+    context."""
 
     def __init__(self, drafter: QuantizedDrafter) -> None:
         self.drafter = drafter
-        self.cache: Any = None
-        self.ids: list[int] = []  # ids in self.cache
+        self.kv: EngineSession | None = None
+        self.ids: list[int] = []  # ids in self.kv
 
     def close(self) -> None:
         """Drops the cache."""
-        self.cache, self.ids = None, []
+        if self.kv is not None:
+            self.kv.close()
+        self.kv, self.ids = None, []
 
     def _sync(self, request: DraftRequest) -> list[int]:
         # Crop the own cache to its longest common prefix with the context; return what it still has to read.
-        from transformers import DynamicCache
-
-        model, ids = self.drafter.draft_model, request.ids
-        if self.cache is None:
+        ids = request.ids
+        if self.kv is None:
             system = tuple(ids[: request.system])
-            cached = self.drafter.system_caches.get(system) if system else None
-            if cached is None:
-                self.cache = DynamicCache()
-                if system:
-                    feed_rows(
-                        model, self.cache, list(system), request.times_of(0, len(system)), request.visible_until, 1
-                    )
-                    self.drafter.system_caches[system] = copy.deepcopy(self.cache)
-            else:
-                self.cache = copy.deepcopy(cached)
+            self.kv = self.drafter.engine.open(system)  # the system prompt computed once per drafter engine
             self.ids = list(system)
         common = 0
         limit = min(len(self.ids), len(ids) - 1)  # at least the last token is read again, for its logits
         while common < limit and self.ids[common] == ids[common]:
             common += 1
-        crop_cache(self.cache, common)
+        self.kv.crop(common)
         self.ids = self.ids[:common]
         return ids[common:]
 
-    def propose(self, request: DraftRequest) -> Draft:
-        """Drafts ``gamma`` tokens with the quantized copy.
+    def propose(self, request: DraftRequest) -> DraftWork:
+        """Drafts ``gamma`` tokens with the quantized copy, over this session's cache in the drafter's engine.
 
         Args:
             request: The context and the draft length.
 
         Returns:
-            The draft (with each token's distribution when sampling).
+            The draft, as draft work.
         """
-        model = self.drafter.draft_model
+        fresh = self._sync(request)
 
-        def forward(ids: list[int]) -> torch.Tensor:
+        def forward(ids: list[int]) -> Forward:
             start = len(self.ids)
-            times = request.times_of(start, start + len(ids))
-            logits = feed_rows(model, self.cache, ids, times, request.visible_until, 1)[0]
             self.ids += ids
-            return logits
+            return Forward(ids, request.times_of(start, start + len(ids)), request.visible_until, 1, over=self.kv)
 
-        return _draft_with(forward, self._sync(request), request)
+        return (yield from _draft_work(forward, fresh, request))
 
 
 def make_drafter(name: str, model: Any) -> Drafter | None:
@@ -442,122 +420,3 @@ def make_drafter(name: str, model: Any) -> Drafter | None:
     if base in ("int8", "int4"):
         return QuantizedDrafter(model, int(base[3:]))
     raise ValueError(f"unknown drafter {name!r}; one of {', '.join(DRAFTERS)} (layer_skip:N for N layers)")
-
-
-def measure_draft_ratio(
-    drafter: Drafter, model: Any, context_tokens: int = 512, gamma: int = 4, repeats: int = 5
-) -> float:
-    """A draft token's cost over one target decode step, timed on random ids over a cache of ``context_tokens``.
-
-    Args:
-        drafter: The drafter.
-        model: Its target, in eval mode.
-        context_tokens: Context in the cache while timing.
-        gamma: Tokens per timed draft.
-        repeats: Timed drafts and target steps (medians; one untimed of each first).
-
-    Returns:
-        The ratio ``c`` of the cost model.
-    """
-    import math
-
-    from transformers import DynamicCache
-
-    generator = torch.Generator().manual_seed(0)
-    vocab = model.get_input_embeddings().num_embeddings
-    ids = torch.randint(vocab, (context_tokens + 1,), generator=generator).tolist()
-    until = [math.inf] * (context_tokens + gamma + 8)
-    times = [0.0] * context_tokens
-    cache = DynamicCache()
-    with torch.no_grad():
-        feed_rows(model, cache, ids[:context_tokens], times, until, 1)
-        steps = []
-        for _ in range(repeats + 1):
-            started = time.perf_counter()
-            feed_rows(model, cache, ids[context_tokens:], [0.0], until, 1)
-            steps.append(time.perf_counter() - started)
-            crop_cache(cache, context_tokens)
-        session = drafter.session()
-        drafts = []
-        for _ in range(repeats + 1):
-            request = DraftRequest(ids, context_tokens, cache, times, 0.0, until, gamma, end_id=-1)
-            started = time.perf_counter()
-            draft = session.propose(request)
-            drafts.append((time.perf_counter() - started) / max(len(draft.tokens), 1))
-        session.close()
-    return statistics.median(drafts[1:]) / statistics.median(steps[1:])
-
-
-def measure_speculation_costs(
-    model: Any, drafters: Sequence[str] = CANDIDATES, context_tokens: int = 1024, repeats: int = 5
-) -> SpeculationCosts:
-    """Measures the cost model's inputs on this device: a decode step, ``v(k)`` and each drafter's ``c``.
-
-    Args:
-        model: The target, in eval mode on its device.
-        drafters: Drafter names to time (a quantized one is skipped where torchao is not installed).
-        context_tokens: Context in the cache while timing.
-        repeats: Timed forwards per size (medians).
-
-    Returns:
-        The costs (without acceptance: that needs sessions, ``speculation_runs``).
-    """
-    step_s, ratios = measure_verify_ratios(model, context_tokens, max_tokens=9, repeats=repeats)
-    draft_ratio = {}
-    for name in drafters:
-        try:
-            drafter = make_drafter(name, model)
-        except ImportError:
-            continue  # torchao is an optional dependency
-        if drafter is not None:
-            draft_ratio[drafter.name] = round(measure_draft_ratio(drafter, model, context_tokens, repeats=repeats), 4)
-    return SpeculationCosts(round(step_s, 5), ratios, draft_ratio)
-
-
-def resolve_drafter(
-    name: str, model: Any, costs: SpeculationCosts | None = None, margin: float = 0.1, max_gamma: int = 6
-) -> tuple[Drafter | None, SpeculationCosts | None]:
-    """The drafter a ``--draft`` value names, with the costs its cost model needs (measured here when missing).
-
-    ``auto`` takes the candidate with the highest expected speedup at its expected acceptance (measured on
-    sessions when the profile has it, else a prior), and none when no candidate beats plain decoding by ``margin``:
-    on the 2-core CPU the int8 drafter costs more than a target step (``c > 1``), so it never pays there.
-
-    Args:
-        name: A :data:`DRAFTERS` value.
-        model: The target.
-        costs: The device profile's speculation section, if any.
-        margin: Required expected gain over plain decoding, for ``auto``.
-        max_gamma: Longest draft considered.
-
-    Returns:
-        ``(drafter, costs)``; ``(None, costs)`` for plain decoding.
-    """
-    if name == "none":
-        return None, costs
-    if name != "auto":
-        drafter = make_drafter(name, model)
-        if costs is None or drafter.name not in costs.draft_ratio:
-            measured = measure_speculation_costs(model, [name], context_tokens=512, repeats=3)
-            if costs is not None:
-                measured = SpeculationCosts(
-                    costs.step_s,
-                    costs.verify_ratio,
-                    {**costs.draft_ratio, **measured.draft_ratio},
-                    costs.acceptance,
-                    costs.decode_tokens_per_s,
-                )
-            costs = measured
-        return drafter, costs
-    if costs is None or not costs.draft_ratio:
-        costs = measure_speculation_costs(model, CANDIDATES, context_tokens=512, repeats=3)
-    scores = {}
-    for drafter_name, ratio in costs.draft_ratio.items():
-        alpha = acceptance_prior(drafter_name, None, costs)
-        if draft_pays(alpha, ratio, costs.verify, margin, max_gamma):
-            scores[drafter_name] = max(
-                expected_speedup(alpha, gamma, ratio, costs.verify(gamma + 1)) for gamma in range(1, max_gamma + 1)
-            )
-    if not scores:
-        return None, costs
-    return make_drafter(max(scores, key=scores.__getitem__), model), costs

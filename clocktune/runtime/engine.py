@@ -31,10 +31,11 @@ the batch goes on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +49,10 @@ __all__ = [
     "EngineSession",
     "Forward",
     "ModelWork",
+    "decoder_layers",
     "default_batch_size",
     "drive",
+    "first_layers",
     "request_error",
 ]
 
@@ -70,6 +73,37 @@ def default_batch_size(model: Any) -> int:
     return CPU_BATCH_SIZE if next(model.parameters()).device.type == "cpu" else GPU_BATCH_SIZE
 
 
+def decoder_layers(model: Any) -> tuple[Any, str]:
+    """The module holding a decoder's layer list and the list's attribute name (``model.model.layers`` for Llama and
+    Qwen2; deeper under a PEFT wrapper).
+
+    Raises:
+        ValueError: When no list of ``num_hidden_layers`` modules is found.
+    """
+    count = model.config.num_hidden_layers
+    for name, module in model.named_modules():
+        if name.endswith("layers") and isinstance(module, torch.nn.ModuleList) and len(module) == count:
+            parent, _, attribute = name.rpartition(".")
+            return model.get_submodule(parent), attribute
+    raise ValueError(f"{type(model).__name__}: no list of {count} decoder layers found")
+
+
+@contextlib.contextmanager
+def first_layers(model: Any, layers: int | None) -> Iterator[None]:
+    """The model with only its first ``layers`` decoder layers while inside (its forward iterates the list it holds;
+    the same modules, so weights and a LoRA are shared); ``None`` leaves it whole."""
+    if layers is None:
+        yield
+        return
+    parent, attribute = decoder_layers(model)
+    full = getattr(parent, attribute)
+    setattr(parent, attribute, torch.nn.ModuleList(list(full)[:layers]))
+    try:
+        yield
+    finally:
+        setattr(parent, attribute, full)
+
+
 @dataclass
 class Forward:
     """One session's next forward: feed ``ids`` at ``times`` over its cache and return the last ``rows`` logits.
@@ -80,12 +114,19 @@ class Forward:
         visible_until: Until when each token of the session's context, cached or new, may be attended (at least
             ``length + len(ids)`` entries).
         rows: How many of the last positions' logits to return (1 for a decode step; γ + 1 to verify a draft).
+        layers: Run only the model's first ``layers`` decoder layers, its final norm and head (a layer-skip
+            drafter's forward: only those layers' keys and values are written, past the session's confirmed tokens,
+            and the verification overwrites them); ``None``: the whole model.
+        over: Run over this cache instead of the working session's own (a drafter's session in its own engine, as
+            a quantized drafter keeps); ``None``: the session's.
     """
 
     ids: list[int]
     times: list[float]
     visible_until: list[float]
     rows: int = 1
+    layers: int | None = None
+    over: EngineSession | None = None
 
 
 # A session's model work: yields forwards, receives their logits ``(rows, vocabulary)``, returns its result.
@@ -137,8 +178,10 @@ class EngineSession:
         self.values: list[torch.Tensor] = []
 
     def forward(self, request: Forward) -> torch.Tensor:
-        """Runs this session's request alone (a packed forward of one) and returns its rows of logits."""
-        return self.engine.forward([(self, request)])[0]
+        """Runs this session's request alone (a packed forward of one, over ``request.over`` when it names another
+        cache) and returns its rows of logits."""
+        target = request.over if request.over is not None else self
+        return target.engine.forward([(target, request)])[0]
 
     def crop(self, length: int) -> None:
         """Keeps the first ``length`` tokens of the cache."""
@@ -246,6 +289,7 @@ class EngineStats:
     tokens: int = 0
     seconds: float = 0.0
     batch_sizes: dict[int, int] = field(default_factory=dict)
+    shallow_forwards: int = 0  # of them, a layer-skip drafter's
 
 
 class Engine:
@@ -269,6 +313,7 @@ class Engine:
         self.system_prompts: dict[tuple[int, ...], EngineSession] = {}
         self.waiting: deque[_Waiting] = deque()
         self.stats = EngineStats()
+        self.active = 1  # sessions with model work at the last step (1 when driven alone)
 
     # Sessions -------------------------------------------------------------------------------------------------
 
@@ -309,6 +354,9 @@ class Engine:
             Each request's logits, ``(rows, vocabulary)``, in order; every session's cache grown by its ids.
         """
         started = time.perf_counter()
+        layers = batch[0][1].layers
+        if any(request.layers != layers for _, request in batch):
+            raise ValueError("the forwards of one batch run the same layers")
         rows: list[_Row] = []
         ids: list[int] = []
         positions: list[int] = []
@@ -331,7 +379,8 @@ class Engine:
         previous = config._attn_implementation
         config._attn_implementation = ATTENTION  # for this forward only: the model may be training between them
         try:
-            output = self._packed(ids, positions, keep, rows)
+            with first_layers(self.model, layers):
+                output = self._packed(ids, positions, keep, rows)
         finally:
             config._attn_implementation = previous
         logits = output.logits[0]
@@ -347,6 +396,8 @@ class Engine:
         stats.tokens += len(ids)
         stats.seconds += time.perf_counter() - started
         stats.batch_sizes[len(batch)] = stats.batch_sizes.get(len(batch), 0) + 1
+        if layers is not None:
+            stats.shallow_forwards += 1
         return results
 
     def _packed(self, ids: list[int], positions: list[int], keep: list[int], rows: list[_Row]) -> Any:
@@ -372,6 +423,7 @@ class Engine:
 
     def run(self, session: EngineSession, work: ModelWork) -> Any:
         """Drives one session's model work alone (batch 1) and returns its result."""
+        self.active = 1
         return drive(work, session.forward)
 
     def submit(self, session: EngineSession, work: ModelWork, done: Callable[[Any, BaseException | None], None]):
@@ -388,27 +440,42 @@ class Engine:
         self.waiting.append(_Waiting(session, work, request, done))
 
     def step(self) -> int:
-        """Runs one packed forward of the oldest ``batch_size`` waiting requests and moves each one's work on.
+        """Runs one packed forward of the oldest ``batch_size`` waiting requests that run the same model over the same
+        engine (the oldest request's: the target, its first layers, or a drafter's engine) and moves each one's work
+        on. Requests of the other kinds keep their place for the next step.
 
         Returns:
             How many sessions' forwards ran (0 when none was waiting).
         """
-        batch = []
+        batch: list[_Waiting] = []
+        kind = None
+        skipped: list[_Waiting] = []
         while self.waiting and len(batch) < self.batch_size:
             item = self.waiting.popleft()
-            problem = request_error(item.session, item.request)
-            if problem is None:
+            target = item.request.over if item.request.over is not None else item.session
+            problem = request_error(target, item.request)
+            if problem is not None:
+                self._fail(item, ValueError(problem))
+                continue
+            if kind is None:
+                kind = (target.engine, item.request.layers)
+            if (target.engine, item.request.layers) == kind:
                 batch.append(item)
             else:
-                self._fail(item, ValueError(problem))
+                skipped.append(item)
+        self.waiting.extendleft(reversed(skipped))
         if not batch:
             return 0
+        engine, _ = kind
         try:
-            results = self.forward([(item.session, item.request) for item in batch])
+            results = engine.forward([(self._target(item), item.request) for item in batch])
         except Exception as error:  # noqa: BLE001 - a failed forward ends its sessions' work, not the engine
             for item in batch:
                 self._fail(item, error)
             return len(batch)
+        # The active batch (EfficientRollout's): sessions with model work now, what a speculating session prices its
+        # verification at (``DraftLength.choose``).
+        self.active = min(self.batch_size, len(batch) + len(self.waiting))
         for item, logits in zip(batch, results, strict=True):
             try:
                 item.request = item.work.send(logits)
@@ -420,6 +487,10 @@ class Engine:
                 continue
             self.waiting.append(item)
         return len(batch)
+
+    @staticmethod
+    def _target(item: _Waiting) -> EngineSession:
+        return item.request.over if item.request.over is not None else item.session
 
     @staticmethod
     def _fail(item: _Waiting, error: BaseException) -> None:

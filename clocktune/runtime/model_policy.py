@@ -23,22 +23,23 @@ With a drafter (``clocktune.runtime.drafters``: prompt lookup, the first layers 
 copy), decoding is speculative (``clocktune.runtime.speculative``): a draft of γ tokens is verified in one forward
 whose mask has γ + 1 rows, rejected tokens are cropped from the cache, and the target's rule picks every token
 emitted, so the action is the one plain decoding writes (greedy: token for token, under the grammar or not). The
-draft length follows the session's measured acceptance, and drafting stops where the cost model says it does not
-pay.
+draft length climbs a ladder with the session's measured acceptance, and drafting stops where the cost model says it
+does not pay at the engine's active batch (EfficientRollout's system-aware speculation): drafts and verifications are
+forwards of the engine like any other, packed with the other sessions' work. Sampling draws each token with its
+position's own noise (``speculative.SamplingNoise``), so a sampled action, too, is the same whether drafted or not and
+at whatever batch.
 
 ``call_bias`` moves the policy's operating point between speed and accuracy: it is added to the call marker's logit
 at an action's first token while the user is still speaking. A model fine-tuned on the speculative teacher calls later
 than its teacher (each utterance shows it one call among many waits): the demo's recipe made a speculative call in 14
 of 50 held-out sessions where its teacher did in 28 (docs/benchmarks-history.md, "Speculation bias").
 
-Every session over the same tools starts with the same system prompt (hundreds of tokens of tool schemas), so the
-policies of one model share its prefilled cache and each session starts from a copy, as serving engines' prefix
-caches do.
+Every session over the same tools starts with the same system prompt (hundreds of tokens of tool schemas): the
+engine computes it once and each session starts from a copy, as serving engines' prefix caches do.
 """
 
 from __future__ import annotations
 
-import copy
 import ctypes
 import math
 import sys
@@ -47,19 +48,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from clocktune.actions import ActionParseError, parse_action, speech_so_far
 from clocktune.clock import FIRST_WORDS_TOKENS
 from clocktune.render import Renderer, Rendering
 from clocktune.runtime.action_grammar import CallBook, action_grammar, start_matcher
-from clocktune.runtime.drafters import Draft, Drafter, DraftRequest, call_skeletons
-from clocktune.runtime.engine import Engine, EngineSession, Forward, ModelWork, drive
-from clocktune.runtime.incremental import crop_cache, feed_rows
+from clocktune.runtime.drafters import Draft, Drafter, DraftRequest, DraftWork, call_skeletons
+from clocktune.runtime.engine import Engine, EngineSession, Forward, ModelWork
 from clocktune.runtime.policy import Decision
 from clocktune.runtime.speculative import (
+    LADDER,
     DraftLength,
+    SamplingNoise,
     SpeculationCosts,
     SpeculationStats,
     TokenPicker,
@@ -80,8 +81,6 @@ class ModelPolicy:
         engine: The model engine that runs this policy's forwards, shared by the policies of one model so that
             their forwards share batches and the system prompt is computed once (a batch-1 engine of its own when
             ``None``).
-        system_caches: With a drafter, prefilled caches (``DynamicCache``) of system prompts by their ids, shared by the
-            policies of one model (a fresh dict when ``None``).
         constrained: Decode under the grammar of the actions valid now (llguidance); ``False``: plain argmax.
         wrap_up_tokens: With the grammar, tokens allowed past ``max_new_tokens`` to bring an unfinished action to
             a valid end (the best closing token each step) rather than cut it off unparsable.
@@ -90,9 +89,9 @@ class ModelPolicy:
             assumes verification costs what ``speculative.DEFAULT_VERIFY_RATIO`` says and a free drafter.
         decoding: Decoding metrics shared by the policies of one model (a fresh one when ``None``).
         temperature: 0 decodes greedily; above, tokens are sampled from ``softmax(logits / T)`` (under the grammar
-            when constrained), and speculative verification is by rejection sampling.
-        seed: Seed of the sampling stream (with the timeline's seed).
-        max_draft: Longest draft.
+            when constrained), each with its position's own noise, so that speculation never changes the draw.
+        seed: Seed of the sampling noise (with the timeline's seed and the action's index).
+        max_draft: Longest draft (the ladder's rungs up to it).
         margin: Speculate only while the expected speedup exceeds ``1 + margin``.
         call_bias: Added to the logit of the format's call marker at an action's first token while the turn's final
             chunk is unheard (``CallBook.heard_final`` false: while the user speaks, and after an answer until the
@@ -110,7 +109,6 @@ class ModelPolicy:
         name: str = "model",
         max_new_tokens: int = 128,
         engine: Engine | None = None,
-        system_caches: dict[tuple[int, ...], Any] | None = None,
         constrained: bool = True,
         wrap_up_tokens: int = 48,
         drafter: Drafter | None = None,
@@ -141,8 +139,7 @@ class ModelPolicy:
                 raise ValueError(f"call_bias needs a call marker; format {fmt.name!r} writes calls as bare JSON")
             self.call_marker_id = tokenizer.encode(fmt.call_prefix, add_special_tokens=False)[0]
         self.engine = engine if engine is not None else Engine(model)
-        self.kv: EngineSession | _DynamicCacheStore | None = None  # the session's KV cache, from the first act
-        self.system_caches = {} if system_caches is None else system_caches
+        self.kv: EngineSession | None = None  # the session's KV cache in the engine, from the first act
         self.fed_ids: list[int] = []  # ids kept in the cache, in order: equals render(session log) once flushed
         # The last action's prompt and tokens, left in the cache after it (``_Held``) until the rendering confirms them.
         self.held: _Held | None = None
@@ -155,7 +152,9 @@ class ModelPolicy:
         # Where decoding time goes, for benchmarks: single-token forwards and the grammar's share.
         self.stats = {"actions": 0, "tokens": 0, "step_forwards": 0, "step_s": 0.0, "grammar_s": 0.0}
         self.temperature = temperature
-        self.rng = np.random.default_rng([seed, timeline.seed]) if temperature > 0 else None
+        self.seed = seed
+        self.timeline_seed = timeline.seed
+        self.actions_decoded = 0  # the index of the next action, which keys its sampling noise
         # Called with (words, final) as a `say` is decoded, token by token (a live session streams them); None: off.
         self.on_speech: Callable[[str, bool], None] | None = None
         self.drafter = drafter
@@ -167,7 +166,8 @@ class ModelPolicy:
             cost_ratio = costs.draft_ratio.get(drafter.name, 0.0) if costs is not None else 0.0
             verify = costs.verify if costs is not None else SpeculationCosts(0.0, {}).verify
             prior = acceptance_prior(drafter.name, decoding, costs)
-            self.draft_length = DraftLength(cost_ratio, verify, prior, max_gamma=max_draft, margin=margin)
+            rungs = tuple(gamma for gamma in LADDER if gamma < max_draft) + (max_draft,)
+            self.draft_length = DraftLength(cost_ratio, verify, prior, rungs=rungs, margin=margin)
         # Names and keys of the session's calls for a lookup drafter to copy (nothing in the context has them yet).
         self.draft_corpus = call_skeletons(tokenizer, fmt, timeline.tools) if drafter is not None else []
 
@@ -207,14 +207,10 @@ class ModelPolicy:
                 added += len(ids)
         return added
 
-    def _cache(self) -> EngineSession | _DynamicCacheStore:
-        # The session's cache, opened on first use holding the system prompt: in the engine, or (with a drafter) a
-        # DynamicCache of its own.
+    def _cache(self) -> EngineSession:
+        # The session's cache in the engine, opened on first use holding the system prompt.
         if self.kv is None:
-            if self.drafter is None:
-                self.kv = self.engine.open(self.system_ids)
-            else:
-                self.kv = _DynamicCacheStore(self.model, self.system_caches, self.system_ids)
+            self.kv = self.engine.open(self.system_ids)
             self.fed_ids = list(self.system_ids)
         return self.kv
 
@@ -224,9 +220,9 @@ class ModelPolicy:
 
     @property
     def batchable(self) -> bool:
-        """Whether the engine may run this policy's forwards together with other sessions' (not yet with a
-        drafter: speculative decoding verifies at batch 1, over the session's own cache)."""
-        return self.drafter is None
+        """Whether the engine may run this policy's forwards together with other sessions' (always: drafts and
+        verifications are engine forwards too)."""
+        return True
 
     def act(self, t: float) -> Decision:
         """Generates the next action at time ``t`` (greedily unless sampling; under the grammar when constrained),
@@ -240,7 +236,7 @@ class ModelPolicy:
         Returns:
             The parsed action and the tokens generated, or the parse error.
         """
-        return drive(self.act_work(t), self._cache().forward)
+        return self.engine.run(self._cache(), self.act_work(t))
 
     def act_work(self, t: float) -> ModelWork:
         """The next action's model work: yields each forward it needs (:class:`~clocktune.runtime.engine.Forward`),
@@ -273,7 +269,11 @@ class ModelPolicy:
         stats, decoding = self.stats, self.decoding
         decode_started = started = time.perf_counter()
         matcher = None if self.grammar is None else start_matcher(self.tokenizer, self.grammar, self.calls)
-        picker = TokenPicker(matcher, self.max_new_tokens, self.temperature, self.rng)
+        noise = None
+        if self.temperature > 0:
+            noise = SamplingNoise((self.seed, self.timeline_seed, self.actions_decoded))
+        self.actions_decoded += 1
+        picker = TokenPicker(matcher, self.max_new_tokens, self.temperature, noise)
         generated: list[int] = []
         first_words_at = None
         rows, draft = logits[None], Draft([])
@@ -282,7 +282,7 @@ class ModelPolicy:
             finished, accepted = False, 0
             for row in range(rows.shape[0]):
                 proposed = draft.tokens[row] if row < len(draft.tokens) else None
-                token = picker.pick(rows[row], len(generated), proposed, draft.prob(row))
+                token = picker.pick(rows[row], len(generated))
                 picker.advance(token)
                 generated.append(token)
                 if len(generated) == FIRST_WORDS_TOKENS:
@@ -306,8 +306,8 @@ class ModelPolicy:
             # The cache holds the context and every emitted token but the last (plus rejected drafts: dropped).
             cached = len(context) + len(generated) - 1
             self.kv.crop(cached)
-            with torch.no_grad():
-                draft = self._draft(context, generated, cached, t, until, limit, picker)
+            draft = yield from self._draft(context, generated, cached, t, until, limit, picker)
+            self.kv.crop(cached)  # a layer-skip draft grew the first layers past it
             fed = [generated[-1], *draft.tokens]
             started = time.perf_counter()
             rows = yield Forward(fed, [t] * len(fed), until, len(fed))
@@ -372,21 +372,24 @@ class ModelPolicy:
         until: list[float],
         limit: int,
         picker: TokenPicker,
-    ) -> Draft:
+    ) -> DraftWork:
         # The next draft: the grammar's forced tokens (free and all but certain, so drafted even while the drafter
-        # is off), then the drafter's continuation when the cost model says it pays now.
+        # is off), then the drafter's continuation when the cost model says it pays at the engine's active batch.
         if self.draft_length is None:
             return Draft([])
         budget = limit - len(generated)
         started = time.perf_counter()
         forced = picker.forced(min(self.draft_length.max_gamma, budget))
-        gamma = min(self.draft_length.choose(), budget - len(forced))
-        tokens, probs = list(forced), [None] * len(forced)
+        batch = self.engine.active
+        gamma = min(self.draft_length.choose(batch), budget - len(forced))
+        if self.draft_length.on:
+            self.decoding.switched_on_batch = max(self.decoding.switched_on_batch, batch)
+        tokens = list(forced)
         if gamma > 0 and self.end_id not in tokens:
             request = DraftRequest(
                 ids=context + generated + forced,
                 cached=cached,
-                cache=self.kv.cache,
+                session=self.kv,
                 times=self.renderer.rendering.time,
                 t=t,
                 visible_until=until,
@@ -394,14 +397,17 @@ class ModelPolicy:
                 end_id=self.end_id,
                 system=len(self.system_ids),
                 temperature=self.temperature,
-                rng=self.rng,
+                noise=picker.noise,
+                written=len(generated) + len(forced),
                 corpus=self.draft_corpus,
             )
-            proposal = self.draft_session.propose(request)
+            proposal = yield from self.draft_session.propose(request)
             tokens += proposal.tokens
-            probs += [proposal.prob(index) for index in range(len(proposal.tokens))]
+            if proposal.tokens:
+                self.decoding.drafter_drafts += 1
+                self.decoding.drafter_tokens += len(proposal.tokens)
         self.decoding.draft_s += time.perf_counter() - started
-        return Draft(tokens, probs, forced=len(forced))
+        return Draft(tokens, forced=len(forced))
 
 
 @dataclass
@@ -411,35 +417,3 @@ class _Held:
     ids: list[int]
     t: float
     visible_until: list[float]
-
-
-class _DynamicCacheStore:
-    """A session's own ``DynamicCache``, for speculative decoding (issue 20's path, at batch 1): a layer-skip drafter
-    grows and crops the first layers of the target's cache itself, which the engine's buffers do not offer yet."""
-
-    def __init__(self, model: Any, system_caches: dict[tuple[int, ...], Any], system_ids: tuple[int, ...]) -> None:
-        from transformers import DynamicCache
-
-        self.model = model
-        cached = system_caches.get(system_ids)
-        if cached is None:
-            self.cache = DynamicCache()
-            count = len(system_ids)
-            with torch.no_grad():
-                feed_rows(model, self.cache, list(system_ids), [0.0] * count, [math.inf] * count, 1)
-            system_caches[system_ids] = copy.deepcopy(self.cache)
-        else:
-            self.cache = copy.deepcopy(cached)
-
-    def forward(self, request: Forward) -> torch.Tensor:
-        """Feeds the request's ids over the cache and returns its rows of logits."""
-        with torch.no_grad():
-            return feed_rows(self.model, self.cache, request.ids, request.times, request.visible_until, request.rows)
-
-    def crop(self, length: int) -> None:
-        """Keeps the first ``length`` tokens of every layer."""
-        crop_cache(self.cache, length)
-
-    def close(self) -> None:
-        """Drops the cache."""
-        self.cache = None

@@ -131,14 +131,13 @@ def policy_factory(
             return ScriptedPolicy(timeline, strategy)
 
         return scripted
-    from clocktune.runtime.drafters import resolve_drafter
     from clocktune.runtime.engine import Engine, default_batch_size
     from clocktune.runtime.model_policy import ModelPolicy
+    from clocktune.runtime.speculation_costs import resolve_drafter
     from clocktune.runtime.speculative import SpeculationStats
 
     network, tokenizer = loaded if loaded is not None else load_policy_model(model)
-    system_caches: dict = {}  # with a drafter, the sessions of this model share the prefill of each system prompt
-    # Without a drafter, the sessions share the engine: its batches and its system prompts.
+    # The sessions share the engine: its batches (drafts and verifications included) and its system prompts.
     engine = Engine(network, batch_size or default_batch_size(network))
     drafter, costs = resolve_drafter(draft, network, costs)
     # Shared by the sessions: the metrics of the run, and the acceptance a new session starts from.
@@ -151,7 +150,6 @@ def policy_factory(
             timeline,
             name=strategy,
             engine=engine,
-            system_caches=system_caches,
             constrained=constrained,
             drafter=drafter,
             costs=costs,

@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from clocktune.runtime.drafters import resolve_drafter
 from clocktune.runtime.engine import Engine
 from clocktune.runtime.model_policy import ModelPolicy
 from clocktune.runtime.play import PolicyRun, run_policy
 from clocktune.runtime.session import SessionConfig
+from clocktune.runtime.speculation_costs import resolve_drafter
 from clocktune.runtime.speculative import SpeculationCosts, SpeculationStats
 from clocktune.timeline.events import Event, Timeline
 from clocktune.tools import BackendFactory
@@ -86,7 +86,6 @@ def _factory(
     drafter: Any,
     costs: SpeculationCosts | None,
     stats: SpeculationStats,
-    system_caches: dict,
     engine: Engine,
     actions: list[list[list[int]]],
     policy_options: dict[str, Any],
@@ -99,7 +98,6 @@ def _factory(
             timeline,
             name="model",
             engine=engine,
-            system_caches=system_caches,
             drafter=drafter,
             costs=costs,
             decoding=stats,
@@ -142,8 +140,7 @@ def play_drafters(
         The runs by drafter name (``none`` first, when played).
     """
     config = config or SessionConfig()
-    system_caches: dict = {}  # the drafters' sessions, each over a cache of its own
-    engine = Engine(model)  # plain decoding's sessions, at batch 1 (one session at a time)
+    engine = Engine(model)  # every drafter's sessions, at batch 1 (one session at a time)
     runs: dict[str, DrafterRun] = {}
     makers: dict[str, Callable[[Timeline], _Recording]] = {}
     if always:
@@ -153,7 +150,7 @@ def play_drafters(
         resolved = drafter.name if drafter is not None else "none"
         run = runs[name] = DrafterRun(name, resolved, SpeculationStats(resolved))
         makers[name] = _factory(
-            model, tokenizer, drafter, drafter_costs, run.stats, system_caches, engine, run.actions, policy_options
+            model, tokenizer, drafter, drafter_costs, run.stats, engine, run.actions, policy_options
         )
     for index, timeline in enumerate(timelines):
         for name, run in runs.items():

@@ -3,20 +3,24 @@
 A local model writes an action token by token (``model_policy``); each step reads every weight once, so at batch 1
 the step is memory-bound and a forward of a few tokens costs little more than one. A drafter
 (``clocktune.runtime.drafters``) proposes γ tokens after the last one chosen; the target reads them in one forward
-over its KV cache (``incremental.feed_rows``: the streaming mask extended by γ + 1 rows), and :class:`TokenPicker`
-walks the rows: at each position the target's own rule picks the token (the argmax, the grammar's choice, or a
-sample), the draft token is kept while it agrees, and the first disagreement is replaced by the target's token.
-What is emitted is therefore what plain decoding emits (greedy: token for token; sampling: in distribution, by
-rejection sampling), whatever the drafter proposes; only the speed depends on it.
+over the session's cache in the engine (a :class:`~clocktune.runtime.engine.Forward` of γ + 1 rows, packed with the
+other sessions' work), and :class:`TokenPicker` walks the rows: at each position the target's own rule picks the
+token (the argmax, the grammar's choice, or a draw with the position's own noise: :class:`SamplingNoise`), the draft
+token is kept while it agrees, and the first disagreement is replaced by the target's token. What is emitted is
+therefore exactly what plain decoding emits, greedy or sampled, whatever the drafter proposes and whatever the batch;
+only the speed depends on it.
 
 **Cost model.** With acceptance α (each draft token agrees with probability α, given the ones before it did), a
 draft of γ tokens yields ``(1 - α^(γ+1)) / (1 - α)`` tokens per verification. Its cost, in target decode steps, is
 ``γ c + v(γ+1)``: ``c`` a draft token's cost, ``v(k)`` a forward of ``k`` tokens over the cache. The expected
 speedup is their ratio (:func:`expected_speedup`); the issue's ``(1 - α^(γ+1)) / ((1 - α)(γ c + 1))`` is the case
 ``v = 1`` (verification free), which on a 2-core CPU it is not (a 4-token forward costs about 2 steps:
-STACK-NOTES.md), so ``v`` is measured too (``clocktune profile``) and enters the model. :class:`DraftLength` picks
-per session the γ that maximises it at the session's measured α and speculates only while that exceeds 1 by a
-margin, probing now and then while off so that α keeps being measured.
+STACK-NOTES.md), so ``v`` is measured too (``clocktune profile``). In the engine ``v`` depends on the batch: a
+decode step of ``B`` sessions is a forward of ``B`` tokens, its verification one of ``B (γ + 1)``, priced by the
+device's measured :class:`Roofline`; verification is nearly free while the batch is below the roofline's knee and
+costs ``γ + 1`` steps far above it (EfficientRollout, arXiv 2606.18967). :class:`DraftLength` climbs a ladder of
+draft lengths with the session's recent acceptance and speculates only while the expected speedup at the engine's
+active batch exceeds 1 by a margin, probing now and then while off so that α keeps being measured.
 """
 
 from __future__ import annotations
@@ -34,13 +38,16 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_VERIFY_RATIO",
     "DraftLength",
+    "LADDER",
+    "Roofline",
     "SpeculationCosts",
     "SpeculationStats",
     "TokenPicker",
     "break_even_acceptance",
     "draft_pays",
     "expected_speedup",
-    "sample_verified",
+    "rung_thresholds",
+    "SamplingNoise",
 ]
 
 # A forward of k tokens over the cache in decode steps, measured once on the 2-core CPU (STACK-NOTES.md, smoothed):
@@ -70,15 +77,93 @@ def expected_speedup(alpha: float, gamma: int, cost_ratio: float, verify_ratio: 
 
 
 @dataclass(frozen=True)
+class Roofline:
+    """A packed forward's time from its tokens and its rows: ``max(memory_s, token_s · tokens) + row_s · rows``.
+
+    EfficientRollout's roofline, per forward: below the knee (``memory_s / token_s`` tokens) a forward costs what
+    reading every weight once costs, whatever it computes; above it, compute grows with the tokens; each row (a
+    session) adds its own attention over its own cache and the calls around it. Fitted by :meth:`fit` from forwards
+    timed over a sweep of batch sizes and tokens per row (``clocktune profile``), on the device at hand.
+
+    Args:
+        memory_s: Seconds of a forward below the knee.
+        token_s: Seconds per token above it.
+        row_s: Seconds per row (session) of the forward.
+    """
+
+    memory_s: float
+    token_s: float
+    row_s: float
+
+    def seconds(self, tokens: int, rows: int) -> float:
+        """The predicted time of a forward of ``tokens`` tokens over ``rows`` sessions."""
+        return max(self.memory_s, self.token_s * tokens) + self.row_s * rows
+
+    def ratio(self, tokens_per_row: int, batch: int) -> float:
+        """A forward of ``batch`` rows of ``tokens_per_row`` tokens over one of ``batch`` single tokens (a decode step
+        of the batch): ``v(k)`` at batch ``batch``."""
+        return self.seconds(batch * tokens_per_row, batch) / self.seconds(batch, batch)
+
+    @property
+    def knee(self) -> float:
+        """Tokens in a forward where compute starts to cost more than reading the weights."""
+        return self.memory_s / self.token_s if self.token_s > 0 else math.inf
+
+    @classmethod
+    def fit(cls, samples: list[tuple[int, int, float]]) -> Roofline:
+        """The roofline closest to timed forwards, in relative error.
+
+        For a fixed knee the model is linear in ``memory_s`` and ``row_s`` (``memory_s · max(1, tokens / knee) +
+        row_s · rows``), so each candidate knee is solved by least squares (coefficients kept non-negative) and the
+        best kept.
+
+        Args:
+            samples: ``(tokens, rows, seconds)`` of timed forwards.
+
+        Returns:
+            The fitted roofline.
+        """
+        tokens = np.array([sample[0] for sample in samples], dtype=np.float64)
+        rows = np.array([sample[1] for sample in samples], dtype=np.float64)
+        seconds = np.array([sample[2] for sample in samples], dtype=np.float64)
+        weight = 1.0 / seconds  # relative error: the small forwards count as much as the large
+        best: tuple[float, Roofline] | None = None
+        for knee in np.geomspace(1.0, max(tokens.max(), 2.0) * 4.0, 200):
+            columns = np.stack([np.maximum(1.0, tokens / knee), rows], axis=1)
+            coefficients = _non_negative_least_squares(columns * weight[:, None], seconds * weight)
+            residual = float(np.sum((columns @ coefficients * weight - seconds * weight) ** 2))
+            if best is None or residual < best[0]:
+                memory_s, row_s = (float(value) for value in coefficients)
+                best = (residual, cls(memory_s, float(memory_s / knee), row_s))
+        return best[1]
+
+
+def _non_negative_least_squares(matrix: np.ndarray, target: np.ndarray) -> np.ndarray:
+    # Two unknowns: the unconstrained solution, else the better of each one alone (the other at zero).
+    solution = np.linalg.lstsq(matrix, target, rcond=None)[0]
+    if (solution >= 0).all():
+        return solution
+    candidates = []
+    for column in range(matrix.shape[1]):
+        alone = np.zeros(matrix.shape[1])
+        norm = float(matrix[:, column] @ matrix[:, column])
+        alone[column] = max(float(matrix[:, column] @ target) / norm, 0.0) if norm else 0.0
+        candidates.append((float(np.sum((matrix @ alone - target) ** 2)), alone))
+    return min(candidates, key=lambda candidate: candidate[0])[1]
+
+
+@dataclass(frozen=True)
 class SpeculationCosts:
     """Measured costs of speculation on a device, the ``speculation`` section of a profile (``clocktune profile``).
 
     Args:
         step_s: One target decode step, seconds.
-        verify_ratio: A forward of ``k`` tokens (``k`` rows of logits) over one decode step, by ``k``.
+        verify_ratio: A forward of ``k`` tokens (``k`` rows of logits) over one decode step, by ``k``, at batch 1.
         draft_ratio: One draft token of each drafter over one decode step, by drafter name.
         acceptance: Acceptance measured per drafter on held-out sessions (``clocktune profile --data``), if any.
         decode_tokens_per_s: Action tokens/s with each drafter on those sessions (``none``: plain decoding).
+        roofline: The engine's packed forward timed over batch sizes and tokens per row, fitted (``None``: not
+            measured; batches are then priced from ``verify_ratio`` as if a batch were one long row).
     """
 
     step_s: float
@@ -86,16 +171,27 @@ class SpeculationCosts:
     draft_ratio: dict[str, float] = field(default_factory=dict)
     acceptance: dict[str, float] = field(default_factory=dict)
     decode_tokens_per_s: dict[str, float] = field(default_factory=dict)
+    roofline: Roofline | None = None
 
-    def verify(self, tokens: int) -> float:
-        """``v(tokens)``, extrapolated linearly past the largest ``k`` measured (at least 1).
+    def verify(self, tokens: int, batch: int = 1) -> float:
+        """``v(tokens)`` at ``batch`` sessions: a forward of ``tokens`` tokens per session over a decode step of the
+        batch, from the roofline when measured, else from ``verify_ratio`` (extrapolated linearly past the largest
+        ``k`` measured, at least 1).
 
         Args:
-            tokens: Tokens in the verification forward.
+            tokens: Tokens per session in the verification forward.
+            batch: Sessions in the forward.
 
         Returns:
-            Its cost in decode steps.
+            Its cost in decode steps of the batch.
         """
+        if self.roofline is not None:
+            return self.roofline.ratio(tokens, batch)
+        if batch == 1:
+            return self._table(tokens)
+        return self._table(batch * tokens) / self._table(batch)
+
+    def _table(self, tokens: int) -> float:
         ratios = self.verify_ratio or DEFAULT_VERIFY_RATIO
         if tokens in ratios:
             return ratios[tokens]
@@ -105,54 +201,85 @@ class SpeculationCosts:
         return max(ratios[top] + slope * (tokens - top), 1.0)
 
 
+# Draft lengths of the ladder: one rung at a time, up while acceptance says the next pays more, down when less.
+LADDER = (1, 2, 3, 4, 6)
+
+
 @dataclass
 class DraftLength:
-    """Per-session draft length from the session's measured acceptance, and the toggle of the cost model.
+    """Per-session draft length: a ladder climbed with the session's recent acceptance, and the toggle of the cost
+    model at the engine's active batch (EfficientRollout's system-aware speculation).
+
+    Each verified draft updates the session's acceptance α (recent drafts weigh most: ``memory`` positions). Before
+    each draft the length moves at most one rung, to the neighbour whose expected speedup at this α is higher: the
+    thresholds of the ladder are the α where neighbouring rungs' speedups cross, which the measured costs decide
+    (:func:`rung_thresholds`). Then the toggle: speculate only while the rung's expected speedup, priced at the
+    batch the engine is running (``verify(k, batch)``), exceeds ``1 + margin``; while off, one shortest draft every
+    ``probe_every`` steps keeps α measured.
 
     Args:
         cost_ratio: A draft token's cost over one decode step.
-        verify: ``v(k)``, a ``k``-token forward's cost in decode steps.
+        verify: ``v(k, batch)``, a forward of ``k`` tokens a session over a decode step, at ``batch`` sessions.
         prior_alpha: Acceptance assumed before this session's drafts are measured (earlier sessions' or a prior).
         prior_weight: Draft positions that prior counts for.
-        max_gamma: Longest draft.
+        rungs: The draft lengths of the ladder, increasing.
         margin: Speculate only while the expected speedup exceeds ``1 + margin``.
         probe_every: While off, one draft after this many plain steps, so that α keeps being measured.
+        memory: Draft positions the acceptance remembers (each older position counts ``1 - 1/memory`` less).
     """
 
     cost_ratio: float
-    verify: Callable[[int], float]
+    verify: Callable[..., float]
     prior_alpha: float = 0.5
     prior_weight: float = 8.0
-    max_gamma: int = 6
+    rungs: tuple[int, ...] = LADDER
     margin: float = 0.1
     probe_every: int = 32
-    accepted: int = 0
-    trials: int = 0
+    memory: float = 64.0
+    accepted: float = 0.0
+    trials: float = 0.0
     idle: int = 0
+    rung: int = -1  # index into rungs; -1 until the first choice starts at the best rung for the prior
+    on: bool = False  # the toggle's last choice (a probe while off leaves it False)
+
+    @property
+    def max_gamma(self) -> int:
+        """The longest draft."""
+        return self.rungs[-1]
 
     @property
     def alpha(self) -> float:
-        """The session's acceptance estimate (successes over positions tried, with the prior's weight)."""
+        """The session's acceptance estimate (successes over positions tried, recent ones weighing most, with the
+        prior's weight)."""
         return (self.accepted + self.prior_alpha * self.prior_weight) / (self.trials + self.prior_weight)
 
-    def best(self) -> tuple[int, float]:
-        """The draft length with the highest expected speedup at the current α, and that speedup."""
-        scores = [
-            (expected_speedup(self.alpha, gamma, self.cost_ratio, self.verify(gamma + 1)), gamma)
-            for gamma in range(1, self.max_gamma + 1)
-        ]
-        speedup, gamma = max(scores)
+    def speedup(self, gamma: int, batch: int = 1) -> float:
+        """The expected speedup of drafts of ``gamma`` tokens at the current α and ``batch`` sessions."""
+        return expected_speedup(self.alpha, gamma, self.cost_ratio, self.verify(gamma + 1, batch))
+
+    def best(self, batch: int = 1) -> tuple[int, float]:
+        """The rung with the highest expected speedup at the current α, and that speedup."""
+        speedup, gamma = max((self.speedup(gamma, batch), gamma) for gamma in self.rungs)
         return gamma, speedup
 
-    def choose(self) -> int:
-        """The next draft's length; 0 means a plain step (speculation does not pay now)."""
-        gamma, speedup = self.best()
-        if speedup >= 1.0 + self.margin:
+    def choose(self, batch: int = 1) -> int:
+        """The next draft's length at ``batch`` sessions; 0 means a plain step (speculation does not pay now)."""
+        if self.rung < 0:
+            self.rung = self.rungs.index(self.best(batch)[0])
+        here = self.speedup(self.rungs[self.rung], batch)
+        if self.rung + 1 < len(self.rungs) and self.speedup(self.rungs[self.rung + 1], batch) > here:
+            self.rung += 1
+        elif self.rung > 0 and self.speedup(self.rungs[self.rung - 1], batch) > here:
+            self.rung -= 1
+        gamma = self.rungs[self.rung]
+        self.on = self.speedup(gamma, batch) >= 1.0 + self.margin
+        if self.on:
+            self.idle = 0
             return gamma
         self.idle += 1
         if self.idle >= self.probe_every:
             self.idle = 0
-            return 1  # the cheapest draft: keeps α measured, so that speculation can come back on
+            return self.rungs[0]  # the cheapest draft: keeps α measured, so that speculation can come back on
         return 0
 
     def record(self, drafted: int, accepted: int) -> None:
@@ -162,8 +289,43 @@ class DraftLength:
             drafted: Its length.
             accepted: Its tokens the target agreed with (a prefix).
         """
-        self.accepted += accepted
-        self.trials += accepted + (1 if accepted < drafted else 0)  # positions tried: up to the first rejection
+        tried = accepted + (1 if accepted < drafted else 0)  # positions tried: up to the first rejection
+        keep = (1.0 - 1.0 / self.memory) ** tried
+        self.accepted = self.accepted * keep + accepted
+        self.trials = self.trials * keep + tried
+
+
+def rung_thresholds(
+    cost_ratio: float, verify: Callable[..., float], rungs: tuple[int, ...] = LADDER, batch: int = 1
+) -> list[float | None]:
+    """Where the ladder moves: for each pair of neighbouring rungs, the acceptance above which the longer draft is
+    expected to pay more (``None`` where it never does), at ``batch`` sessions.
+
+    Args:
+        cost_ratio: A draft token's cost over one decode step.
+        verify: ``v(k, batch)``.
+        rungs: The ladder.
+        batch: Sessions in the forward.
+
+    Returns:
+        One threshold per neighbouring pair, rounded to 3 decimals.
+    """
+    thresholds: list[float | None] = []
+    for short, long in zip(rungs, rungs[1:], strict=False):
+
+        def longer_pays(alpha: float, short: int = short, long: int = long) -> bool:
+            gain = expected_speedup(alpha, long, cost_ratio, verify(long + 1, batch))
+            return gain > expected_speedup(alpha, short, cost_ratio, verify(short + 1, batch))
+
+        if not longer_pays(0.999):
+            thresholds.append(None)
+            continue
+        low, high = 0.0, 0.999
+        while high - low > 1e-4:
+            middle = (low + high) / 2
+            low, high = (low, middle) if longer_pays(middle) else (middle, high)
+        thresholds.append(round(high, 3))
+    return thresholds
 
 
 @dataclass
@@ -185,6 +347,9 @@ class SpeculationStats:
     accepted: int = 0
     draft_s: float = 0.0
     plain_steps: int = 0
+    drafter_drafts: int = 0  # drafts with the drafter's own tokens (not only the grammar's forced ones)
+    drafter_tokens: int = 0  # ... and their drafter tokens
+    switched_on_batch: int = 0  # the largest active batch at which the toggle had speculation on
     reached: list[int] = field(default_factory=list)  # drafts that got to position i (0-based)
     agreed: list[int] = field(default_factory=list)  # ... and were accepted there
 
@@ -219,8 +384,9 @@ class SpeculationStats:
         """
         for name in ("actions", "tokens", "decode_s", "target_forwards", "target_s", "drafts", "drafted"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("accepted", "draft_s", "plain_steps"):
+        for name in ("accepted", "draft_s", "plain_steps", "drafter_drafts", "drafter_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.switched_on_batch = max(self.switched_on_batch, other.switched_on_batch)
         for index in range(len(other.reached)):
             if index == len(self.reached):
                 self.reached.append(0)
@@ -235,8 +401,10 @@ class SpeculationStats:
             ``acceptance_rate`` (draft tokens accepted over drafted), ``alpha`` (accepted over positions tried, up
             to the first rejection: the cost model's α), ``mean_accepted_length`` (tokens accepted per
             draft), ``acceptance_by_position`` (accepted over reached, per draft position), ``tokens_per_forward``,
-            ``drafter_ms_per_token``, ``target_ms_per_forward``, ``tokens_per_s`` (action tokens over decode time)
-            and the counts.
+            ``drafter_ms_per_token``, ``target_ms_per_forward``, ``tokens_per_s`` (action tokens over decode time),
+            ``speculative_share`` (steps verifying a drafter's tokens over all steps after the prompt),
+            ``mean_draft_length`` (the drafter's tokens per such step), ``switched_on_batch`` (the largest active
+            batch at which speculation was on; 0: never) and the counts.
         """
 
         def ratio(top: float, bottom: float, scale: float = 1.0, digits: int = 4) -> float | None:
@@ -256,97 +424,88 @@ class SpeculationStats:
             "target_ms_per_forward": ratio(self.target_s, self.target_forwards, 1000.0, 3),
             "tokens_per_s": ratio(self.tokens, self.decode_s, 1.0, 2),
             "plain_steps": self.plain_steps,
+            "speculative_share": ratio(self.drafter_drafts, self.target_forwards),
+            "mean_draft_length": ratio(self.drafter_tokens, self.drafter_drafts),
+            "switched_on_batch": self.switched_on_batch,
         }
 
 
-def _probabilities(logits: torch.Tensor, temperature: float, allowed: np.ndarray | None) -> np.ndarray:
-    # NumPy on the calling thread (as GrammarMatcher.allowed explains): softmax(logits / T) over the allowed tokens.
-    values = logits.detach().float().cpu().numpy().astype(np.float64) / temperature
-    if allowed is not None:
-        values = np.where(allowed, values, -np.inf)
-    values -= values.max()
-    weights = np.exp(values)
-    return weights / weights.sum()
+class SamplingNoise:
+    """Gumbel noise per position of one action: what makes a sampled action independent of how it was decoded.
 
-
-def _sample(probabilities: np.ndarray, rng: np.random.Generator) -> int:
-    # Inverse-CDF draw: one uniform per token, so a seeded run is reproducible.
-    cumulative = np.cumsum(probabilities)
-    return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), len(cumulative) - 1))
-
-
-def sample_verified(
-    target: np.ndarray, proposed: int | None, draft: np.ndarray | None, rng: np.random.Generator
-) -> int:
-    """One position of rejection-sampling verification: a token distributed as ``target`` whatever was proposed.
-
-    The draft token ``d`` (drawn from ``draft``, or proposed deterministically: ``draft`` is ``None``, a point
-    mass) is kept with probability ``min(1, p(d) / q(d))``; otherwise the token is drawn from the residual
-    ``max(p - q, 0)``, normalised. Over the draw of ``d`` and this choice, the token is distributed as ``p``
-    (Leviathan et al. 2023, Chen et al. 2023).
+    Sampling draws ``argmax(logits / T + g)`` over the tokens allowed, ``g`` standard Gumbel noise: by the Gumbel-max
+    trick the token is distributed as ``softmax(logits / T)``. The noise of each position comes from a stream keyed
+    by the session's seed, the action and the position, never from a stream shared with other draws, so plain
+    decoding, speculative decoding at any draft length and any batch draw the *same* token at each position: a draft
+    token is accepted iff it is the token plain decoding draws there. A session's log then does not depend on
+    speculation, batch or concurrency, sampled as greedy. A model drafter drafts with the same noise, which is what
+    makes its drafts agree (the Gumbel coupling accepts with probability at least ``(1 - TV) / (1 + TV)``, rejection
+    sampling ``1 - TV``: a little acceptance paid for logs that do not depend on the decoding).
 
     Args:
-        target: The target's next-token distribution ``p`` (over the tokens its rule allows).
-        proposed: The draft token, or ``None`` past the draft (then a plain draw from ``p``).
-        draft: The distribution ``q`` the draft token was drawn from; ``None`` for a deterministic proposal.
-        rng: The random stream.
-
-    Returns:
-        The token: ``proposed`` when accepted.
+        key: The stream's key (seed, the timeline's seed, the action's index).
     """
-    if proposed is None:
-        return _sample(target, rng)
-    q = 1.0 if draft is None else float(draft[proposed])
-    if q > 0.0 and rng.random() * q < target[proposed]:
-        return proposed
-    residual = target.copy()
-    if draft is None:
-        residual[proposed] = 0.0
-    else:
-        residual = np.maximum(residual - draft, 0.0)
-    if residual.sum() <= 0.0:  # p <= q nowhere exceeded: only reachable by rounding; p itself is then exact
-        return _sample(target, rng)
-    return _sample(residual, rng)
+
+    def __init__(self, key: tuple[int, ...]) -> None:
+        self.key = key
+        self._drawn: dict[tuple[int, int], np.ndarray] = {}
+
+    def at(self, position: int, vocabulary: int) -> np.ndarray:
+        """The noise of the action's token ``position`` over a vocabulary of ``vocabulary`` tokens."""
+        noise = self._drawn.get((position, vocabulary))
+        if noise is None:
+            if len(self._drawn) >= 16:  # a draft reads a few positions ahead; older ones are done with
+                self._drawn.pop(next(iter(self._drawn)))
+            noise = np.random.default_rng([*self.key, position]).gumbel(size=vocabulary)
+            self._drawn[(position, vocabulary)] = noise
+        return noise
+
+    def sample(
+        self, logits: torch.Tensor, position: int, temperature: float, allowed: np.ndarray | None = None
+    ) -> int:
+        """The token drawn at ``position``: ``argmax(logits / T + g)`` over the ``allowed`` tokens (all: ``None``)."""
+        values = logits.detach().float().cpu().numpy().astype(np.float64) / temperature
+        values += self.at(position, values.shape[-1])
+        if allowed is not None:
+            values = np.where(allowed, values, -np.inf)
+        return int(values.argmax())
 
 
 class TokenPicker:
     """The target's rule at each position of an action: plain decoding and verification share it.
 
     Greedy (``temperature == 0``): the argmax, or under a grammar ``GrammarMatcher.choose`` and, past the budget,
-    ``choose_closing``; a draft token is accepted iff it is that token. Sampling: a draw from ``softmax(logits / T)``
-    over the tokens the grammar allows (:func:`sample_verified` for a draft token); past the budget the closing rule
-    stays deterministic. The matcher advances only over tokens emitted, so rejected drafts need no rollback.
+    ``choose_closing``. Sampling: a draw from ``softmax(logits / T)`` over the tokens the grammar allows, with the
+    position's own noise (:class:`SamplingNoise`); past the budget the closing rule stays deterministic. Either way a
+    draft token is accepted iff it is the token picked, so what is emitted does not depend on the drafts. The matcher
+    advances only over tokens emitted, so rejected drafts need no rollback.
 
     Args:
         matcher: The action's ``GrammarMatcher``, or ``None`` unconstrained.
         max_new_tokens: Tokens before the grammar's wrap-up rule takes over.
         temperature: 0 for greedy decoding.
-        rng: Random stream of sampling (needed when ``temperature > 0``).
+        noise: The action's sampling noise (needed when ``temperature > 0``).
     """
 
     def __init__(
-        self, matcher: Any, max_new_tokens: int, temperature: float = 0.0, rng: np.random.Generator | None = None
+        self, matcher: Any, max_new_tokens: int, temperature: float = 0.0, noise: SamplingNoise | None = None
     ) -> None:
-        if temperature > 0 and rng is None:
-            raise ValueError("sampling needs a random stream")
+        if temperature > 0 and noise is None:
+            raise ValueError("sampling needs the action's noise")
         self.matcher = matcher
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        self.rng = rng
+        self.noise = noise
 
-    def pick(
-        self, logits: torch.Tensor, written: int, proposed: int | None = None, draft: np.ndarray | None = None
-    ) -> int:
+    def pick(self, logits: torch.Tensor, written: int) -> int:
         """The token emitted at a position (does not advance the matcher).
 
         Args:
             logits: The target's next-token logits there (1D).
             written: Tokens of the action before it.
-            proposed: The draft token there, if any.
-            draft: The distribution it was drawn from (sampling), ``None`` for a deterministic proposal.
 
         Returns:
-            The token: ``proposed`` iff the target accepts it.
+            The token.
         """
         matcher = self.matcher
         if matcher is not None and written >= self.max_new_tokens:
@@ -354,7 +513,7 @@ class TokenPicker:
         if self.temperature <= 0:
             return int(logits.argmax()) if matcher is None else matcher.choose(logits)
         allowed = None if matcher is None else matcher.allowed(logits.shape[-1])
-        return sample_verified(_probabilities(logits, self.temperature, allowed), proposed, draft, self.rng)
+        return self.noise.sample(logits, written, self.temperature, allowed)
 
     def advance(self, token: int) -> None:
         """Consumes an emitted token (the grammar's state moves on)."""
