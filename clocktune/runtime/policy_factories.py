@@ -87,6 +87,7 @@ def policy_factory(
     temperature: float = 0.0,
     call_bias: float = 0.0,
     batch_size: int | None = None,
+    margin: float = 0.1,
 ) -> PolicyFactory:
     """A factory of fresh per-session policies.
 
@@ -107,6 +108,9 @@ def policy_factory(
         temperature: A checkpoint samples at this temperature (0: greedy).
         call_bias: A checkpoint's bias toward calling while the user speaks
             (:class:`~clocktune.runtime.model_policy.ModelPolicy`; 0: none).
+        batch_size: Most sessions in one forward of the checkpoint's engine (``None``: the device's default).
+        margin: With a drafter, speculate only while the expected speedup exceeds ``1 + margin`` (a large negative
+            value drafts at every step, to time speculation without its toggle).
 
     Returns:
         ``factory(timeline) -> policy``; a checkpoint's carries ``decoding``, the decoding metrics of its
@@ -156,6 +160,7 @@ def policy_factory(
             decoding=decoding,
             temperature=temperature,
             call_bias=call_bias,
+            margin=margin,
         )
 
     from_model.decoding = decoding  # type: ignore[attr-defined]  # read by `clocktune eval` for its summary
