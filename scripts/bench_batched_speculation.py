@@ -35,7 +35,7 @@ from clocktune.rendered_dataset import load_timeline_files
 from clocktune.runtime.play import run_policy
 from clocktune.runtime.policy_factories import load_policy_model, policy_factory
 from clocktune.runtime.session import SessionConfig
-from clocktune.runtime.speculation_costs import measure_roofline, measure_speculation_costs
+from clocktune.runtime.speculation_costs import describe_roofline, measure_roofline, measure_speculation_costs
 from clocktune.runtime.speculation_runs import ALWAYS
 from clocktune.runtime.speculative import (
     LADDER,
@@ -48,12 +48,12 @@ from clocktune.runtime.speculative import (
 from data_gen.backends import make_backend
 
 # A 3B model on an H200, on paper: 6.2 GB of bf16 weights at 4.8 TB/s, 2 x 3.1e9 FLOPs a token at the dense bf16
-# rate measured on the lent H200 (STACK-NOTES.md, ~700 TFLOP/s); a session's own cost guessed at the engine's
+# rate measured on the lent H200 (790 TFLOP/s: gpu_check.py's DEFAULT_PEAK_TFLOPS); a session's own cost guessed at the engine's
 # per-session attention calls (36 layers x ~20 us of launches), and at none (one batched attention kernel, as a
 # paged or flex attention would be). Guesses for lack of a GPU run: `clocktune profile` on the GPU measures them.
 GPU_3B = {
-    "per-session attention": Roofline(memory_s=6.2e9 / 4.8e12, token_s=2 * 3.1e9 / 7.0e14, row_s=36 * 20e-6),
-    "batched attention": Roofline(memory_s=6.2e9 / 4.8e12, token_s=2 * 3.1e9 / 7.0e14, row_s=0.0),
+    "per-session attention": Roofline(memory_s=6.2e9 / 4.8e12, token_s=2 * 3.1e9 / 7.9e14, row_s=36 * 20e-6),
+    "batched attention": Roofline(memory_s=6.2e9 / 4.8e12, token_s=2 * 3.1e9 / 7.9e14, row_s=0.0),
 }
 
 
@@ -75,10 +75,7 @@ def part_costs(model, drafters: list[str]) -> SpeculationCosts:
         k = tokens // rows
         predicted = roofline.seconds(tokens, rows)
         print(f"| {rows} | {k} | {seconds * 1e3:.1f} | {predicted * 1e3:.1f} | {costs.verify(k, rows):.2f} |")
-    print(
-        f"roofline: {roofline.memory_s * 1e3:.2f} ms a forward up to {roofline.knee:.0f} tokens, "
-        f"{roofline.token_s * 1e3:.3f} ms a token past them, {roofline.row_s * 1e3:.3f} ms a session"
-    )
+    print(describe_roofline(costs))
     for name, ratio in costs.draft_ratio.items():
         alpha = acceptance_prior(name, None, costs)
         thresholds = rung_thresholds(ratio, costs.verify, LADDER)

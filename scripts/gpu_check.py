@@ -60,13 +60,12 @@ from clocktune.collate import IGNORE_INDEX, StreamingCollator, pack_best_fit
 from clocktune.masks import attention_inputs
 from clocktune.runtime.drafters import make_drafter
 from clocktune.runtime.incremental import Rates, measure_rates, measure_verify_ratios
-from clocktune.runtime.speculation_costs import measure_draft_ratio
+from clocktune.runtime.speculation_costs import describe_roofline, measure_draft_ratio, measure_roofline
 from clocktune.runtime.speculative import SpeculationCosts, break_even_acceptance
 
 WARMUP_STEPS = 3
 MIN_TIMED_STEPS = 3  # a row stops early for time only after this many timed steps
-# Measured dense bf16 matmul rate of the lent H200 (STACK-NOTES): the MFU ceiling, not the datasheet figure.
-DEFAULT_PEAK_TFLOPS = 790.0
+DEFAULT_PEAK_TFLOPS = 790.0  # the lent H200's measured dense bf16 matmul rate (STACK-NOTES): the MFU ceiling
 # Model FLOPs per parameter and token: forward 2, backward 4 (input and weight gradients); a frozen base (LoRA) has
 # no weight gradient, so 2 + 2. Recomputation under gradient checkpointing is not model FLOPs.
 FLOPS_PER_PARAM_TOKEN = {"lora": 4, "full": 6}
@@ -130,13 +129,10 @@ SINK_TOKENS = (300, 700)
 EVENT_TOKENS = (8, 64)
 EVENT_GAP_S = (0.1, 2.0)
 HIDDEN_AFTER_S = (0.2, 3.0)  # a superseded partial stays visible this long after it arrived
-# Shares of the events after the sink prefix (~75% of the tokens), chosen so that ~15% of all tokens carry labels
-# (agent events) and ~3% are hidden (superseded partials, modified results).
+# Shares of the events after the sink prefix (~75% of the tokens): ~15% of all tokens carry labels, ~3% are hidden.
 AGENT_EVENT_SHARE = 0.2
 HIDDEN_EVENT_SHARE = 0.045
-# A batch is closed after this many renderings in a row failed to fit, so its rows are nearly full, as when the
-# trainer packs from a large dataset.
-MAX_PACKING_MISSES = 8
+MAX_PACKING_MISSES = 8  # renderings in a row that failed to fit close a batch: rows nearly full, as the trainer packs
 ATTENTIONS = ("streaming", "causal")
 BATCH_FIELDS = ("input_ids", "labels", "segment_ids", "time", "visible_until", "sink")
 
@@ -422,7 +418,8 @@ def run_speculation_row(name: str, tiny: bool, device: torch.device) -> tuple[Sp
             ratios[drafter] = measure_draft_ratio(make_drafter(drafter, model), model, context)
         except Exception as error:  # a missing kernel (torchao's int4 on CPU needs mslk) must not cost the others
             errors[drafter] = f"{type(error).__name__}: {error}"
-    return SpeculationCosts(step_s, verify, ratios), errors
+    roofline = measure_roofline(model, context, batches=(1, 4, 16, 64), repeats=2)[0]  # the engine's, by batch
+    return SpeculationCosts(step_s, verify, ratios, roofline=roofline), errors
 
 
 def format_speculation_row(model: str, result: tuple[SpeculationCosts, dict[str, str]] | str) -> str:
@@ -436,7 +433,9 @@ def format_speculation_row(model: str, result: tuple[SpeculationCosts, dict[str,
         alpha = None if ratio is None else break_even_acceptance(ratio, costs.verify)
         cells.append("n/a" if ratio is None else f"{ratio:.3f} / {'never' if alpha is None else f'{alpha:.2f}'}")
     line = SPECULATION_FORMAT.format(model, f"{costs.step_s * 1000:.2f}", f"{costs.verify(5):.2f}", *cells, "")
-    return "\n".join([line.rstrip()] + [f"  {drafter} n/a: {why}" for drafter, why in errors.items()])
+    return "\n".join(
+        [line.rstrip(), f"  {describe_roofline(costs)}", *(f"  {d} n/a: {why}" for d, why in errors.items())]
+    )
 
 
 def format_row(model: str, mode: str, attention: str, result: RowResult | str) -> str:

@@ -154,20 +154,14 @@ def measure_speculation(
     Returns:
         The measured section.
     """
-    from clocktune.runtime.speculation_costs import measure_speculation_costs
+    from clocktune.runtime.speculation_costs import describe_roofline, measure_speculation_costs
     from clocktune.runtime.speculative import expected_speedup
 
     say = progress or (lambda line: None)
     costs = measure_speculation_costs(model, drafters, context_tokens=context_tokens)
     verify = ", ".join(f"v({k}) {ratio:.2f}" for k, ratio in costs.verify_ratio.items())
     say(f"speculation: decode step {costs.step_s * 1000:.1f} ms; a k-token forward over a step: {verify}")
-    if costs.roofline is not None:
-        roof = costs.roofline
-        say(
-            f"engine roofline: {roof.memory_s * 1000:.2f} ms a forward up to {roof.knee:.0f} tokens, "
-            f"{roof.token_s * 1000:.3f} ms a token past them, {roof.row_s * 1000:.3f} ms a session; a 4-token draft's "
-            f"verification costs {costs.verify(5):.2f} steps at batch 1, {costs.verify(5, 16):.2f} at 16"
-        )
+    say(describe_roofline(costs))
     if timelines and backends is not None:
         from clocktune.runtime.speculation_runs import play_drafters
 

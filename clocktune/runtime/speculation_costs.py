@@ -31,6 +31,7 @@ from clocktune.runtime.speculative import (
 __all__ = [
     "ROOFLINE_BATCHES",
     "ROOFLINE_TOKENS",
+    "describe_roofline",
     "measure_draft_ratio",
     "measure_roofline",
     "measure_speculation_costs",
@@ -106,6 +107,19 @@ def measure_roofline(
         session.close()
     samples = [(b * k, b, statistics.median(times)) for (b, k), times in timings.items()]
     return Roofline.fit(samples), samples
+
+
+def describe_roofline(costs: SpeculationCosts) -> str:
+    """One line on the engine's measured roofline and what verifying a 4-token draft costs at batch 1, 16 and 64."""
+    roof = costs.roofline
+    if roof is None:
+        return "engine roofline: not measured"
+    return (
+        f"engine roofline: {roof.memory_s * 1e3:.2f} ms a forward up to {roof.knee:.0f} tokens, "
+        f"{roof.token_s * 1e3:.3f} ms a token past them, {roof.row_s * 1e3:.3f} ms a session; a 4-token draft's "
+        f"verification costs {costs.verify(5):.2f} steps at batch 1, {costs.verify(5, 16):.2f} at 16, "
+        f"{costs.verify(5, 64):.2f} at 64"
+    )
 
 
 def measure_draft_ratio(
