@@ -4,8 +4,9 @@ Links: every markdown link ``[text](target)`` in README.md and docs/*.md that is
 and a ``#anchor`` names a heading of its page by GitHub's rules. Commands: every ``clocktune ...`` and
 ``clocktune-datagen ...`` line of a ```bash block (continuation lines joined, ``# comments`` dropped) is parsed by the
 command's own argparse parser, and the recipe arguments of ``clocktune train`` and ``accelerate launch ...
-recipes/sft.py`` by the recipe's parser (``clocktune.train.sft.make_parser``), without running anything: a misspelled
-flag or subcommand fails here, not in a reader's terminal.
+recipes/sft.py`` or ``recipes/grpo.py`` by the recipe's parser (``make_parser`` of ``clocktune.train.sft`` or
+``clocktune.train.grpo``), without running anything: a misspelled flag or subcommand fails here, not in a reader's
+terminal.
 """
 
 from __future__ import annotations
@@ -202,11 +203,15 @@ def _check_command(argv: list[str], make_parser) -> str | None:
         if unknown:
             return f"unrecognized arguments: {' '.join(unknown)}"
         return _not_spelled_out(args, _subcommand_parser(parser, args[0]))
-    if program == "accelerate" and "recipes/sft.py" in args:
+    from clocktune.train.grpo import make_parser as grpo_parser
+
+    recipes = {"recipes/sft.py": make_parser, "recipes/grpo.py": grpo_parser}
+    recipe = next((name for name in recipes if name in args), None)
+    if program == "accelerate" and recipe is not None:
         config_file = args[args.index("--config_file") + 1] if "--config_file" in args[:-1] else None
         if config_file is not None and not (ROOT / config_file).is_file():
             return f"no accelerate config {config_file}"
-        return _check_recipe_args(args[args.index("recipes/sft.py") + 1 :], make_parser)
+        return _check_recipe_args(args[args.index(recipe) + 1 :], recipes[recipe])
     return None
 
 

@@ -12,6 +12,7 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from clocktune.train.grpo import make_parser as grpo_parser
 from clocktune.train.sft import make_parser, run
 from data_gen.config import GeneratorConfig, load_config
 from data_gen.writer import GenerationJob, run_generation
@@ -66,9 +67,10 @@ def test_every_yaml_under_configs_parses():
         elif "/datagen/" in path:
             load_config(path)
         else:
-            assert "recipes/sft.py" in first_line
+            assert "recipes/sft.py" in first_line or "recipes/grpo.py" in first_line
             # bf16 needs a GPU; everything else in the file goes through the recipe's own parser.
-            data_args, training_args, model_args = make_parser().parse_args_and_config(
+            parser = make_parser() if "recipes/sft.py" in first_line else grpo_parser()
+            data_args, training_args, model_args = parser.parse_args_and_config(
                 args=["--config", path, "--bf16", "false"]
             )
             assert data_args.train_data and model_args.model_name_or_path

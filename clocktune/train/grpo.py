@@ -1,0 +1,465 @@
+"""Reinforcement learning with the runtime as the environment: GRPO on TRL's ``GRPOTrainer`` through ``rollout_func``.
+
+Usage:
+
+    accelerate launch --config_file configs/accelerate/cpu.yaml recipes/grpo.py \
+        --config configs/smollm2-135m/grpo_cpu.yaml
+
+A prompt is a task: a training timeline, named by its id (the dataset's ``prompt`` column). TRL hands the rollout
+function each prompt ``num_generations`` times; :class:`RuntimeRollouts` plays every copy in the runtime at once, on
+the virtual clock, with the model being trained sampling its actions (a :class:`~clocktune.runtime.model_policy.
+ModelPolicy` per session, all of one step's sessions sharing one :class:`~clocktune.runtime.engine.Engine`, so their
+forwards are batched, and speculative decoding, when a drafter is named, is toggled by the engine's active batch as
+EfficientRollout's is). The copies of a task hear the same speech and meet the same tool latencies (the timeline's);
+they differ by their sampling noise, keyed by the step and the copy.
+
+What the trainer learns from is exactly what each session fed the model: the prompt is the rendered system prompt,
+the completion the rest of ``render(session log)``, the renderer's own ids (never the decoded text tokenized
+again), and only the model's own action tokens carry loss (``env_mask``). Each session saw its context through the
+streaming mask (a revised partial or a superseded result hidden from its time on); TRL's log-prob pass would see every
+token (a 2D padding mask and default positions), so :class:`ClockGRPOTrainer` computes log-probs row by row under the
+session's own streaming mask and positions (:class:`StreamingRows` keeps each rollout's token times and visibility).
+
+The reward of a rollout is task success minus λ times the latency from the end of speech to the first words, minus
+penalties for side-effect violations and notices, each a reward function of its own so that every component is logged
+per step (:class:`~clocktune.train.grpo_config.ClockGRPOConfig`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from trl import GRPOTrainer
+
+from clocktune.render import render
+from clocktune.runtime.engine import Engine, Forward
+from clocktune.runtime.incremental import streaming_mask
+from clocktune.train.grpo_config import ClockGRPOConfig
+
+if TYPE_CHECKING:
+    from clocktune.render import Rendering
+    from clocktune.timeline.events import Timeline
+    from clocktune.tools import BackendFactory
+
+__all__ = [
+    "REWARDS",
+    "ClockGRPOTrainer",
+    "build_trainer",
+    "main",
+    "RuntimeRollouts",
+    "StreamingRows",
+    "first_words_latency",
+    "make_parser",
+    "session_logprobs",
+    "side_effect_violations",
+    "session_notices",
+    "task_success",
+]
+
+
+# The reward's components: each returns the raw figure of every rollout; ``reward_weights`` carry the signs and λ.
+def task_success(prompts: list, completions: list, success: list[float], **kwargs: Any) -> list[float]:
+    """1.0 where the rollout completed its task (ground-truth calls executed, final state, facts said), else 0.0."""
+    return [float(value) for value in success]
+
+
+def first_words_latency(prompts: list, completions: list, latency_s: list[float], **kwargs: Any) -> list[float]:
+    """Seconds from the end of the user's speech to the agent's first words (the cap where it never answered)."""
+    return [float(value) for value in latency_s]
+
+
+def side_effect_violations(prompts: list, completions: list, violations: list[int], **kwargs: Any) -> list[float]:
+    """Side-effect violations of the rollout (a call with side effects made on a guess that turned out wrong)."""
+    return [float(value) for value in violations]
+
+
+def session_notices(prompts: list, completions: list, notices: list[int], **kwargs: Any) -> list[float]:
+    """Notices of the rollout (actions the runtime refused)."""
+    return [float(value) for value in notices]
+
+
+REWARDS = [task_success, first_words_latency, side_effect_violations, session_notices]
+
+
+class StreamingRows:
+    """Each rollout's token times and visibility, by its ids: what the trainer's log-prob pass needs to see each
+    token as its session saw it. Filled by every rollout call (the rows of one generation batch; the trainer reuses
+    them for its ``num_iterations``) and emptied at the next."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[int, ...], tuple[list[float], list[float]]] = {}
+
+    def clear(self) -> None:
+        """Forgets the rows of the last generation batch."""
+        self._rows.clear()
+
+    def add(self, rendering: Rendering) -> None:
+        """Keeps a rendered session's times and visibility under its ids."""
+        # Two rollouts rendered to the same ids played the same events: their visibility is the same token for token.
+        self._rows[tuple(rendering.input_ids)] = (list(rendering.time), list(rendering.visible_until))
+
+    def get(self, ids: list[int]) -> tuple[list[float], list[float]]:
+        """The times and visibility of a rollout's ids.
+
+        Raises:
+            KeyError: For ids no rollout of this generation batch rendered to.
+        """
+        found = self._rows.get(tuple(ids))
+        if found is None:
+            raise KeyError(
+                f"no rollout of this generation batch has these {len(ids)} ids: its streaming mask is unknown"
+            )
+        return found
+
+
+@torch.no_grad()
+def session_logprobs(model: Any, rendering: Rendering, prompt_tokens: int, temperature: float = 1.0) -> list[float]:
+    """The log-probability the model gives each completion token of a rendered session, computed as the runtime
+    computes (the engine, over the session's cache, under its streaming mask): what a rollout's log-probs are.
+
+    Args:
+        model: The policy, in eval mode.
+        rendering: The session log, rendered.
+        prompt_tokens: Tokens of the system prompt at its start (the completion is the rest).
+        temperature: Logits are divided by it, as sampling and the trainer do.
+
+    Returns:
+        One log-probability per completion token.
+    """
+    ids, times, until = rendering.input_ids, rendering.time, rendering.visible_until
+    engine = Engine(model)
+    # The last prompt token is fed with the completion, so that its logits (the first completion token's) come back.
+    session = engine.open(tuple(ids[: prompt_tokens - 1]))
+    fed = ids[prompt_tokens - 1 :]
+    logits = session.forward(Forward(fed, list(times[prompt_tokens - 1 :]), list(until), rows=len(fed)))[:-1]
+    logps = torch.log_softmax(logits.float() / temperature, dim=-1)
+    targets = torch.tensor(ids[prompt_tokens:], device=logps.device)
+    session.close()
+    return logps.gather(1, targets[:, None])[:, 0].tolist()
+
+
+class RuntimeRollouts:
+    """TRL's ``rollout_func``: plays each prompt's task in the runtime with the model being trained.
+
+    Args:
+        tasks: The training timelines, found by id.
+        tokenizer: The policy's tokenizer (extended with the clock tokens).
+        args: The run's config.
+        backends: Builds each session's tool backend (``data_gen.backends.make_backend``).
+        rows: Where each rollout's streaming metadata goes, for the trainer's log-prob pass.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[Timeline],
+        tokenizer: Any,
+        args: ClockGRPOConfig,
+        backends: BackendFactory,
+        rows: StreamingRows,
+    ) -> None:
+        from clocktune.runtime.device_profiles import load_device_profile, load_speculation_costs
+
+        self.tasks = {task.id: task for task in tasks}
+        if len(self.tasks) != len(tasks):
+            raise ValueError("the training timelines' ids must be unique: a task is named by its id")
+        self.tokenizer = tokenizer
+        self.args = args
+        self.backends = backends
+        self.rows = rows
+        self.device = load_device_profile(args.rollout_profile)
+        self.costs = load_speculation_costs(args.rollout_profile_costs) if args.rollout_profile_costs else None
+        self.drafter: Any = None  # resolved with the model at the first call, then kept: a quantized one rebuilds
+        self.last: dict[str, float] = {}  # the metrics of the last call
+
+    def seeds(self, step: int, count: int) -> list[int]:
+        """The sampling seed of each rollout of a step: the same after a resume, different for every copy."""
+        return [(self.args.seed * 1_000_003 + step) * 10_007 + index for index in range(count)]
+
+    def _drafter(self, model: Any) -> Any:
+        if self.drafter is None and self.args.rollout_draft != "none":
+            from clocktune.runtime.speculation_costs import resolve_drafter
+
+            self.drafter, self.costs = resolve_drafter(self.args.rollout_draft, model, self.costs)
+        return self.drafter
+
+    def play(self, model: Any, task_ids: Sequence[str], step: int) -> tuple[list[Timeline], Any, Any]:
+        """Plays ``task_ids`` (repeats included), one session each, all at once.
+
+        Returns:
+            ``(logs, run, decoding)``: each session's log in order, the scored run, and the decoding metrics.
+        """
+        from clocktune.runtime.model_policy import ModelPolicy
+        from clocktune.runtime.play import run_policy
+        from clocktune.runtime.session import SessionConfig
+        from clocktune.runtime.speculative import SpeculationStats
+
+        copies = []
+        for index, task_id in enumerate(task_ids):
+            task = self.tasks.get(task_id)
+            if task is None:
+                raise ValueError(f"prompt {task_id!r} names no training timeline (a prompt is a task's id)")
+            copies.append(dataclasses.replace(task, id=f"{task_id}#{index}"))
+        seeds = dict(zip((copy.id for copy in copies), self.seeds(step, len(copies)), strict=True))
+        engine = Engine(model, self.args.runtime_batch_size or len(copies))
+        drafter = self._drafter(model)
+        decoding = SpeculationStats(drafter.name if drafter is not None else "none")
+
+        def policy(timeline: Timeline) -> ModelPolicy:
+            return ModelPolicy(
+                model,
+                self.tokenizer,
+                timeline,
+                name="grpo",
+                engine=engine,
+                constrained=self.args.constrained_decoding,
+                drafter=drafter,
+                costs=self.costs,
+                decoding=decoding,
+                temperature=self.args.temperature,
+                seed=seeds[timeline.id],
+                call_bias=self.args.rollout_call_bias,
+            )
+
+        config = SessionConfig(
+            device=self.device, turn_limit_s=self.args.rollout_turn_limit_s, max_notices=self.args.rollout_max_notices
+        )
+        run = run_policy("grpo", copies, policy, self.backends, config, concurrency=len(copies))
+        return [log.timeline for log in run.logs], run, decoding
+
+    def __call__(self, prompts: list[str], trainer: GRPOTrainer) -> dict[str, Any]:
+        """Plays the prompts' tasks and returns what TRL trains on, with the reward's components."""
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        training = model.training
+        model.eval()
+        started = time.perf_counter()
+        try:
+            logs, run, decoding = self.play(model, prompts, trainer.state.global_step)
+        finally:
+            model.train(training)
+        seconds = time.perf_counter() - started
+        self.rows.clear()
+        prompt_ids, completion_ids, env_mask = [], [], []
+        for log in logs:
+            rendering = render(log, self.tokenizer)
+            system = sum(rendering.sink)
+            self.rows.add(rendering)
+            prompt_ids.append(rendering.input_ids[:system])
+            completion_ids.append(rendering.input_ids[system:])
+            env_mask.append([int(label != -100) for label in rendering.labels[system:]])
+        cap = self.args.latency_cap_s
+        results = run.results
+        latencies = [min(r.latency_s, cap) if r.latency_s is not None else cap for r in results]
+        summary = decoding.summary()
+        self.last = {
+            "rollout/seconds": seconds,
+            "rollout/success": statistics.fmean(float(r.accurate) for r in results),
+            "rollout/latency_p50_s": statistics.median(latencies),
+            "rollout/acceptance": summary["alpha"] or 0.0,
+            "rollout/draft_length": summary["mean_draft_length"] or 0.0,
+            "rollout/speculative_share": summary["speculative_share"] or 0.0,
+            "rollout/switched_on_batch": float(summary["switched_on_batch"]),
+        }
+        for name, value in self.last.items():
+            trainer._metrics["train"][name].append(value)  # TRL averages and logs its metrics at each logging step
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": None,  # TRL needs the sampler's log-probs only to correct vLLM's; these rollouts are the policy's
+            "env_mask": env_mask,
+            "success": [float(r.accurate) for r in results],
+            "latency_s": latencies,
+            "violations": [r.side_effect_violations for r in results],
+            "notices": [r.notices for r in results],
+        }
+
+
+class ClockGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose log-probs see each rollout as its session did: per row, under the row's streaming mask
+    and with positions from 0, through TRL's fused LM head (log-probs and entropies without the full logits).
+
+    Args:
+        *args: As ``GRPOTrainer``'s.
+        streaming_rows: The rollouts' streaming metadata (the rollout function's :class:`StreamingRows`).
+        **kwargs: As ``GRPOTrainer``'s.
+    """
+
+    def __init__(self, *args: Any, streaming_rows: StreamingRows, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.streaming_rows = streaming_rows
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **unused: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Per-token log-probs (and entropies) of the completion columns, one row at a time under its own mask.
+
+        ``input_ids`` is TRL's left-padded prompts then right-padded completions; each row is taken without its
+        padding, so its positions and mask are the session's.
+        """
+        rows = input_ids.size(0)
+        start = input_ids.size(1) - logits_to_keep  # the first completion column
+        device = input_ids.device
+        logps = torch.zeros(rows, logits_to_keep, device=device)
+        entropies = torch.zeros(rows, logits_to_keep, device=device) if compute_entropy else None
+        dtype = next(model.parameters()).dtype
+        for row in range(rows):
+            real = attention_mask[row].bool()
+            ids = input_ids[row][real]
+            prompt = int(attention_mask[row, :start].sum())
+            times, until = self.streaming_rows.get(ids.tolist())
+            count = ids.numel()
+            mask = streaming_mask(0, times[:count], until[:count], dtype, device)
+            labels = ids.clone()[None]
+            labels[:, :prompt] = -100
+            with self.accelerator.autocast():
+                outputs = model(
+                    input_ids=ids[None],
+                    attention_mask=mask,
+                    position_ids=torch.arange(count, device=device)[None],
+                    labels=labels,
+                    fused_lm_head=True,
+                )
+            # The fused head scores token j + 1 at index j (the last position predicts nothing).
+            completion = count - prompt
+            logps[row, :completion] = outputs.log_probs[0, prompt - 1 :]
+            if entropies is not None:
+                entropies[row, :completion] = outputs.entropy[0, prompt - 1 :]
+        return logps, entropies, None
+
+
+def task_dataset(tasks: Sequence[Timeline]) -> Any:
+    """The trainer's dataset: one row per task, its ``prompt`` the timeline's id."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [task.id for task in tasks]})
+
+
+def build_trainer(
+    data_args: Any,
+    training_args: ClockGRPOConfig,
+    model_args: Any,
+    backends: BackendFactory,
+    callbacks: list | None = None,
+) -> ClockGRPOTrainer:
+    """The trainer of a GRPO run in the runtime: the starting checkpoint, a fresh LoRA when asked, the tasks, the
+    rollout function and, when ``live_eval_steps`` is set, the live-evaluation callback.
+
+    Args:
+        data_args: ``TimelineDataArguments``: ``train_data`` are the tasks.
+        training_args: The GRPO and runtime settings.
+        model_args: ``model_name_or_path`` is the starting checkpoint (a clocktune SFT checkpoint: its tokenizer has
+            the clock tokens); LoRA settings as in SFT.
+        backends: Builds each rollout's tool backend (``data_gen.backends.make_backend``).
+        callbacks: Extra ``TrainerCallback`` objects.
+
+    Raises:
+        ValueError: When ``train_data`` is empty.
+    """
+    from trl import get_peft_config
+
+    from clocktune.rendered_dataset import load_timeline_files
+    from clocktune.runtime.policy_factories import load_policy_model
+
+    if not data_args.train_data:
+        raise ValueError("train_data is empty: pass the timelines whose tasks the rollouts play")
+    tasks = load_timeline_files(data_args.train_data)
+    live_eval = None
+    if training_args.live_eval_steps > 0:
+        from clocktune.train.live_eval import load_live_eval_inputs
+
+        live_eval = load_live_eval_inputs(training_args)  # before the model loads: a bad path fails in seconds
+    model, tokenizer = load_policy_model(model_args.model_name_or_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token  # TRL pads the prompts and completions of a batch
+    model.train()
+    rows = StreamingRows()
+    trainer = ClockGRPOTrainer(
+        model=model,
+        reward_funcs=REWARDS,
+        args=training_args,
+        train_dataset=task_dataset(tasks),
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        callbacks=callbacks,
+        rollout_func=RuntimeRollouts(tasks, tokenizer, training_args, backends, rows),
+        streaming_rows=rows,
+    )
+    if live_eval is not None:
+        from clocktune.train.live_eval import LiveEvalCallback
+
+        timelines, device = live_eval
+        trainer.add_callback(
+            LiveEvalCallback(
+                trainer,
+                timelines,
+                backends,
+                training_args.live_eval_steps,
+                device,
+                constrained=training_args.constrained_decoding,
+                call_bias=training_args.live_eval_call_bias,
+                batch_size=training_args.runtime_batch_size,
+            )
+        )
+    return trainer
+
+
+def main(
+    data_args: Any,
+    training_args: ClockGRPOConfig,
+    model_args: Any,
+    backends: BackendFactory,
+    callbacks: list | None = None,
+) -> ClockGRPOTrainer:
+    """Trains the policy by GRPO in the runtime, resuming from the last checkpoint in ``output_dir``, and saves it
+    (arguments as :func:`build_trainer`'s).
+
+    Returns:
+        The trainer after training.
+    """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    trainer = build_trainer(data_args, training_args, model_args, backends, callbacks)
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is None and os.path.isdir(training_args.output_dir):
+        checkpoint = get_last_checkpoint(training_args.output_dir)
+    if checkpoint is not None:
+        trainer.accelerator.print(f"Resuming from {checkpoint}")
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.processing_class.save_pretrained(training_args.output_dir)
+    return trainer
+
+
+def make_parser() -> Any:
+    """The recipe's parser: YAML via ``--config``, then command-line overrides."""
+    from trl import ModelConfig, TrlParser
+
+    from clocktune.train.sft import TimelineDataArguments
+
+    return TrlParser((TimelineDataArguments, ClockGRPOConfig, ModelConfig))
+
+
+def run(argv: list[str] | None = None, backends: Callable[[bool], BackendFactory] | None = None) -> ClockGRPOTrainer:
+    """Parses ``argv`` (``--config FILE`` and overrides) and trains; the entry point of ``recipes/grpo.py``.
+
+    Args:
+        argv: Command-line arguments; ``sys.argv[1:]`` when ``None``.
+        backends: ``backends(trust_domain_code)``, the rollouts' tool backends (``data_gen.backends.session_backends``).
+    """
+    data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
+    if backends is None:
+        raise ValueError("GRPO plays its rollouts in the runtime: pass the tool backends (recipes/grpo.py does)")
+    return main(data_args, training_args, model_args, backends(data_args.trust_domain_code))

@@ -1,0 +1,86 @@
+"""The configuration of reinforcement learning in the runtime: TRL's ``GRPOConfig`` and what the runtime adds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+__all__ = ["ClockGRPOConfig"]
+
+
+@dataclass
+class ClockGRPOConfig(GRPOConfig):
+    r"""GRPO whose rollouts are sessions played in the runtime (``clocktune.train.grpo``).
+
+    A prompt is a task: a training timeline, named by its id. Its ``num_generations`` rollouts play it in the runtime
+    (the same speech and tool latencies: the timeline's), sampled at ``temperature`` by the model being trained,
+    batched by the engine. The reward of a rollout is
+
+        success − latency_weight · latency_s − violation_penalty · violations − notice_penalty · notices
+
+    each term a reward function of its own (``task_success``, ``first_words_latency``, ``side_effect_violations``,
+    ``session_notices``), so that TRL logs every component per step (``rewards/<name>/mean``); ``reward_weights``
+    are set from the fields below unless given.
+
+    Parameters:
+        latency_weight (`float`, *optional*, defaults to `0.1`):
+            λ: reward lost per second from the end of the user's speech to the agent's first words.
+        latency_cap_s (`float`, *optional*, defaults to `10.0`):
+            The latency charged to a session that never answered.
+        violation_penalty (`float`, *optional*, defaults to `1.0`):
+            Reward lost per side-effect violation (a call with side effects made on a guess that turned out wrong).
+        notice_penalty (`float`, *optional*, defaults to `0.1`):
+            Reward lost per notice (an action the runtime refused).
+        rollout_profile (`str`, *optional*, defaults to `"phone-135m"`):
+            Device profile the virtual clock charges during rollouts (a built-in name or a profile file).
+        rollout_call_bias (`float`, *optional*, defaults to `0.0`):
+            The policy's bias toward calling while the user speaks, during rollouts and live evaluation.
+        rollout_draft (`str`, *optional*, defaults to `"none"`):
+            Drafter of the rollouts' speculative decoding (``prompt_lookup``, ``layer_skip``, ``int8``...), toggled by
+            the engine's active batch; what is sampled does not depend on it.
+        rollout_profile_costs (`str`, *optional*):
+            A profile file whose ``speculation`` section prices the drafts (``clocktune profile``); measured at the
+            first rollout when unset.
+        rollout_turn_limit_s (`float`, *optional*, defaults to `60.0`):
+            A rollout's turn ends this many (virtual) seconds after it began, answered or not (``SessionConfig``).
+        rollout_max_notices (`int`, *optional*, defaults to `12`):
+            A rollout ends after this many notices (``SessionConfig``).
+        constrained_decoding (`bool`, *optional*, defaults to `True`):
+            Rollouts decode under the grammar of valid actions.
+        runtime_batch_size (`int`, *optional*):
+            Most sessions in one forward of the rollouts' engine (``None``: every rollout of the step at once).
+        live_eval_steps, live_eval_sessions, live_eval_data, live_eval_profile, live_eval_call_bias:
+            As in ``ClockSFTConfig``: play held-out dialogues live every so many steps (greedy) and log the figures.
+    """
+
+    latency_weight: float = field(default=0.1, metadata={"help": "λ: reward lost per second of latency."})
+    latency_cap_s: float = field(default=10.0, metadata={"help": "Latency charged to a session that never answered."})
+    violation_penalty: float = field(default=1.0, metadata={"help": "Reward lost per side-effect violation."})
+    notice_penalty: float = field(default=0.1, metadata={"help": "Reward lost per notice."})
+    rollout_profile: str = field(default="phone-135m", metadata={"help": "Device profile of the rollouts' clock."})
+    rollout_call_bias: float = field(default=0.0, metadata={"help": "Call bias of the rollouts and live evaluation."})
+    rollout_draft: str = field(default="none", metadata={"help": "Drafter of the rollouts' speculative decoding."})
+    rollout_profile_costs: str | None = field(
+        default=None, metadata={"help": "A profile file whose speculation section prices the drafts."}
+    )
+    rollout_turn_limit_s: float = field(default=60.0, metadata={"help": "A rollout's turn limit, seconds."})
+    rollout_max_notices: int = field(default=12, metadata={"help": "A rollout ends after this many notices."})
+    constrained_decoding: bool = field(default=True, metadata={"help": "Rollouts decode under the action grammar."})
+    runtime_batch_size: int | None = field(default=None, metadata={"help": "Most sessions in one forward."})
+    live_eval_steps: int = field(default=0, metadata={"help": "Play held-out dialogues live every this many steps."})
+    live_eval_sessions: int = field(default=20, metadata={"help": "Timelines of live_eval_data to play live."})
+    live_eval_data: list[str] | None = field(default=None, metadata={"help": "Held-out timeline files or folders."})
+    live_eval_profile: str = field(default="phone-135m", metadata={"help": "Device profile of live evaluation."})
+    live_eval_call_bias: float = field(default=0.0, metadata={"help": "Call bias of live evaluation."})
+
+    def __post_init__(self) -> None:
+        if self.reward_weights is None:
+            self.reward_weights = [1.0, -self.latency_weight, -self.violation_penalty, -self.notice_penalty]
+        if isinstance(self.live_eval_data, str):
+            self.live_eval_data = [self.live_eval_data]
+        super().__post_init__()
+        if self.latency_weight < 0 or self.violation_penalty < 0 or self.notice_penalty < 0:
+            raise ValueError("latency_weight, violation_penalty and notice_penalty are penalties: give them >= 0")
+        if self.live_eval_steps > 0 and not self.live_eval_data:
+            raise ValueError("live_eval_steps is set but live_eval_data is empty: name held-out timelines")

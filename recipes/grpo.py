@@ -1,0 +1,17 @@
+"""Reinforcement learning recipe: GRPO with the runtime as the environment.
+
+Usage:
+
+    accelerate launch --config_file configs/accelerate/cpu.yaml recipes/grpo.py \
+        --config configs/smollm2-135m/grpo_cpu.yaml
+
+The code lives in clocktune.train.grpo; this top-level script hands it the generator's tool backends, which the
+rollouts' sessions call (the library below it never imports data_gen). A domain file's Python backend named by the
+data runs only with `--trust-domain-code` (see data_gen/declarative).
+"""
+
+from clocktune.train.grpo import run
+from data_gen.backends import session_backends
+
+if __name__ == "__main__":
+    run(backends=session_backends)

@@ -1,0 +1,146 @@
+"""Benchmark: GRPO in the runtime from the demo's checkpoint, in live accuracy and latency, and with speculation.
+
+For each λ (``--lambdas``) the recipe (``configs/smollm2-135m/grpo_cpu.yaml``) trains ``--steps`` GRPO steps from the
+checkpoint; the start and every result play the held-out dialogues live (greedy, the demo's call bias and device
+profile, virtual clock) against the scripted turn-based ``sync`` loop: live accuracy, p50 latency, speedup over
+``sync``, and the gain over the start with its paired 95% interval (the same dialogues, resampled). Then the recipe's λ
+again with speculation in the rollouts (``--draft``), on the same seeds, in EfficientRollout's columns: rollout seconds
+per step, end-to-end seconds per step, the reduction, acceptance, and the final live accuracy inside the plain run's
+paired interval or not. The learning curves (success and latency p50 of the rollouts per step) go to ``--figure``.
+
+    .venv/bin/python scripts/bench_rl.py --checkpoint runs/demo/checkpoint --train-data runs/demo/data/train/data \
+        --eval-data runs/demo/data/eval/data --steps 20 [--lambdas 0 0.1] [--draft prompt_lookup] --out runs/bench-rl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+from clocktune.clock import PROFILES
+from clocktune.rendered_dataset import load_timeline_files
+from clocktune.runtime.play import PolicyRun, run_policy
+from clocktune.runtime.policy_factories import load_policy_model, policy_factory
+from clocktune.runtime.report import accuracy_delta_ci95, paired_bootstrap
+from clocktune.runtime.session import SessionConfig
+from clocktune.train import grpo
+from data_gen.backends import make_backend
+
+RECIPE = "configs/smollm2-135m/grpo_cpu.yaml"
+CALL_BIAS = 1.5  # the demo's (clocktune.cli.demo.CALL_BIAS)
+
+
+def play(checkpoint: str | None, timelines, strategy: str = "model") -> PolicyRun:
+    """The held-out dialogues played live by a checkpoint (greedy) or, without one, by the scripted ``sync`` loop."""
+    config = SessionConfig(device=PROFILES["phone-135m"])
+    if checkpoint is None:
+        return run_policy("sync", timelines, policy_factory("sync"), make_backend, config)
+    factory = policy_factory(strategy, loaded=load_policy_model(checkpoint), call_bias=CALL_BIAS)
+    return run_policy(strategy, timelines, factory, make_backend, config, concurrency=len(timelines))
+
+
+def train(args: argparse.Namespace, out: Path, latency_weight: float, draft: str) -> list[dict]:
+    """``--steps`` GRPO steps of the recipe from the checkpoint; returns the trainer's log history."""
+    argv = ["--config", args.recipe, "--model_name_or_path", args.checkpoint, "--train_data", args.train_data]
+    argv += ["--output_dir", str(out), "--latency_weight", str(latency_weight), "--max_steps", str(args.steps)]
+    argv += ["--rollout_draft", draft, "--save_strategy", "no"]
+    trainer = grpo.main(*grpo.make_parser().parse_args_and_config(args=argv), make_backend)
+    history = trainer.state.log_history
+    (out / "log_history.json").write_text(json.dumps(history, indent=1))
+    return history
+
+
+def _per_step(history: list[dict], key: str) -> list[float]:
+    return [entry[key] for entry in history if key in entry]
+
+
+def live_row(label: str, run: PolicyRun, sync: PolicyRun, start: PolicyRun | None) -> str:
+    """A table row: live accuracy, p50, speedup over sync with its interval, the gain over the start with its."""
+    intervals = paired_bootstrap(run, sync)
+    gain = ""
+    if start is not None:
+        low, high = accuracy_delta_ci95([r.accurate for r in run.results], [r.accurate for r in start.results])
+        gain = f"{run.share('accurate') - start.share('accurate'):+.2f} [{low:+.2f}, {high:+.2f}]"
+    return (
+        f"| {label} | {run.share('accurate'):.2f} | {run.latency(50) or math.nan:.3f} "
+        f"| {run.speedup_over(sync) or math.nan:.2f}x {intervals['speedup_p50_ci95']} | {gain} |"
+    )
+
+
+def plot(curves: dict[str, list[dict]], path: Path) -> None:
+    """Success and latency p50 of the rollouts, per step, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (success, latency) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, history in curves.items():
+        success.plot(_per_step(history, "rollout/success"), label=label)
+        latency.plot(_per_step(history, "rollout/latency_p50_s"), label=label)
+    success.set(xlabel="GRPO step", ylabel="rollouts' task success", title="success")
+    latency.set(xlabel="GRPO step", ylabel="seconds", title="end of speech to first words, p50")
+    success.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    """Parses the command line, trains, plays and prints the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", default="runs/demo/checkpoint", help="the SFT checkpoint GRPO starts from")
+    parser.add_argument("--train-data", default="runs/demo/data/train/data", help="the tasks (training timelines)")
+    parser.add_argument("--eval-data", default="runs/demo/data/eval/data", help="held-out timelines, played live")
+    parser.add_argument("--recipe", default=RECIPE)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--lambdas", type=float, nargs="+", default=[0.0, 0.1], help="the last is the recipe's")
+    parser.add_argument("--draft", default="prompt_lookup", help="the rollouts' drafter in the speculation run")
+    parser.add_argument("--out", default="runs/bench-rl")
+    parser.add_argument("--figure", default="docs/figures/rl-curves.png")
+    args = parser.parse_args()
+
+    out = Path(args.out)
+    timelines = load_timeline_files([args.eval_data])
+    sync = play(None, timelines)
+    start = play(args.checkpoint, timelines)
+    print("| model | live accuracy | p50 s | speedup over sync [95%] | gain over the start [paired 95%] |")
+    print("|---|---|---|---|---|")
+    print(live_row("start", start, sync, None))
+    curves, finals = {}, {}
+    for latency_weight in args.lambdas:
+        label = f"λ={latency_weight:g}"
+        curves[label] = train(args, out / f"lambda-{latency_weight:g}", latency_weight, "none")
+        finals[label] = play(str(out / f"lambda-{latency_weight:g}"), timelines)
+        print(live_row(label, finals[label], sync, start))
+    recipe = args.lambdas[-1]
+    label = f"λ={recipe:g} {args.draft}"
+    curves[label] = train(args, out / f"lambda-{recipe:g}-{args.draft}", recipe, args.draft)
+    finals[label] = play(str(out / f"lambda-{recipe:g}-{args.draft}"), timelines)
+    print(live_row(label, finals[label], sync, start))
+
+    plain, drafted = curves[f"λ={recipe:g}"], curves[label]
+    print("\n| rollouts | rollout s/step | end-to-end s/step | reduction | acceptance | switched on at batch |")
+    print("|---|---|---|---|---|---|")
+    base_rollout = statistics.fmean(_per_step(plain, "rollout/seconds"))
+    for name, history in (("plain", plain), (args.draft, drafted)):
+        rollout = statistics.fmean(_per_step(history, "rollout/seconds"))
+        step = statistics.fmean(_per_step(history, "step_time")) if _per_step(history, "step_time") else float("nan")
+        acceptance = statistics.fmean(_per_step(history, "rollout/acceptance"))
+        switched = max(_per_step(history, "rollout/switched_on_batch"), default=0)
+        print(
+            f"| {name} | {rollout:.1f} | {step:.1f} | {1 - rollout / base_rollout:+.1%} | {acceptance:.3f} "
+            f"| {switched:g} |"
+        )
+    low, high = accuracy_delta_ci95(
+        [r.accurate for r in finals[label].results], [r.accurate for r in finals[f"λ={recipe:g}"].results]
+    )
+    print(f"final live accuracy with {args.draft} minus plain: paired 95% [{low:+.2f}, {high:+.2f}]")
+    plot(curves, Path(args.figure))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""GRPO in the runtime: rollouts are sessions whose completion ids are the renderer's ids of their logs, the trainer's
+log-probs see each rollout through its own streaming mask, rewards are logged by component, and a run resumes."""
+
+import math
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from clocktune.render import Rendering, render
+from clocktune.timeline.io import write_timelines
+from clocktune.train.grpo import (
+    ClockGRPOTrainer,
+    RuntimeRollouts,
+    StreamingRows,
+    make_parser,
+    session_logprobs,
+)
+from clocktune.train.grpo_config import ClockGRPOConfig
+from data_gen.backends import make_backend
+
+# Random weights play each turn to its limit: short turns and few notices end a rollout in a few hundred tokens.
+SHORT = ["--rollout_turn_limit_s", "2.0", "--rollout_max_notices", "4"]
+
+
+def _tasks(generated, count=4):
+    # Short dialogues with a revision or a modify, so that tokens get hidden while the session runs.
+    chosen = [t for t in generated[0] if len(t.events) < 40 and any(e.kind == "tool_modify" for e in t.events)]
+    return chosen[:count]
+
+
+def _args(tmp_path, checkpoint, data, *extra):
+    argv = [
+        "--model_name_or_path", str(checkpoint), "--train_data", str(data), "--output_dir", str(tmp_path / "out"),
+        "--use_cpu", "--bf16", "false", "--report_to", "none", "--logging_steps", "1", "--seed", "0",
+        "--num_generations", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
+        "--learning_rate", "1e-3", "--lr_scheduler_type", "constant", "--max_steps", "2", "--save_strategy", "no",
+        "--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj",
+        "--rollout_profile", "phone-135m", *SHORT, *extra,
+    ]  # fmt: skip
+    return make_parser().parse_args_and_config(args=argv)
+
+
+@pytest.fixture
+def checkpoint(tmp_path, tiny_four_layer_model):
+    # Peaky next-token distributions: hiding a token moves the log-probs after it measurably.
+    model, tokenizer = tiny_four_layer_model
+    folder = tmp_path / "checkpoint"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_each_rollouts_completion_is_the_renderers_ids_of_its_session_log_and_only_actions_carry_loss(
+    generated, tiny_chatml_model, tmp_path, monkeypatch
+):
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    model, tokenizer = tiny_chatml_model
+    tasks = _tasks(generated, 2)
+    args = ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True, rollout_turn_limit_s=2.0, rollout_max_notices=4)
+    fed = {}
+    close = ModelPolicy.close
+
+    def keep_fed(policy):
+        fed[id(policy)] = list(policy.fed_ids)
+        close(policy)
+
+    monkeypatch.setattr(ModelPolicy, "close", keep_fed)
+    rows = StreamingRows()
+    rollouts = RuntimeRollouts(tasks, tokenizer, args, make_backend, rows)
+    trainer = SimpleNamespace(
+        model=model,
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+        state=SimpleNamespace(global_step=0),
+        _metrics={"train": defaultdict(list)},
+    )
+    prompts = [task.id for task in tasks for _ in range(2)]
+    output = rollouts(prompts, trainer)
+    logs, _, _ = rollouts.play(model, prompts, 0)  # the same step: the same seeds, so the same sessions
+    assert len(output["completion_ids"]) == 4
+    for index, log in enumerate(logs):
+        rendering = render(log, tokenizer)
+        system = sum(rendering.sink)
+        assert output["prompt_ids"][index] + output["completion_ids"][index] == rendering.input_ids
+        assert output["env_mask"][index] == [int(label != -100) for label in rendering.labels[system:]]
+        assert 0 < sum(output["env_mask"][index]) < len(output["completion_ids"][index])
+        rows.get(rendering.input_ids)  # the trainer will find its streaming mask
+    # What each session fed the model is the start of its rendering, token for token (never re-tokenized).
+    renderings = [render(log, tokenizer).input_ids for log in logs]
+    assert len(fed) >= 4 and all(any(ids[: len(f)] == f for ids in renderings) for f in fed.values())
+    # Rewards' inputs, one per rollout, and the metrics of the rollout.
+    assert len(output["success"]) == len(output["latency_s"]) == len(output["violations"]) == 4
+    assert all(0 <= latency <= args.latency_cap_s for latency in output["latency_s"])
+    assert trainer._metrics["train"]["rollout/seconds"][0] > 0
+
+
+def test_at_step_zero_the_trainers_logprobs_equal_the_rollouts_and_differ_from_a_padding_mask(
+    generated, checkpoint, tmp_path
+):
+    tasks = _tasks(generated, 2)
+    write_timelines(tmp_path / "tasks.jsonl", tasks)
+    data_args, args, model_args = _args(tmp_path, checkpoint, tmp_path / "tasks.jsonl")
+    from clocktune.train import grpo
+
+    trainer = grpo.build_trainer(data_args, args, model_args, make_backend)
+    inputs = [{"prompt": tasks[0].id}, {"prompt": tasks[0].id}]
+    batch = trainer._generate_and_score_completions(inputs)
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    keep = batch["completion_ids"].size(1)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    model.eval()
+    with torch.no_grad():
+        ours, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, mask, keep)
+        theirs, _, _ = super(ClockGRPOTrainer, trainer)._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, mask, keep
+        )
+    hidden_rows = 0
+    for row in range(input_ids.size(0)):
+        ids = input_ids[row][mask[row].bool()].tolist()
+        prompt = int(batch["prompt_mask"][row].sum())
+        times, until = trainer.streaming_rows.get(ids)
+        rendering = Rendering(input_ids=ids, time=times, visible_until=until)
+        runtime = torch.tensor(session_logprobs(model, rendering, prompt, args.temperature))
+        completion = len(ids) - prompt
+        assert torch.allclose(ours[row, :completion], runtime, atol=1e-4), row
+        if any(not math.isinf(value) for value in until):
+            hidden_rows += 1
+            assert (ours[row, :completion] - theirs[row, :completion]).abs().max() > 1e-3
+    assert hidden_rows > 0
+
+
+def test_a_grpo_run_logs_every_reward_component_and_killed_mid_step_resumes_with_the_same_data(
+    generated, checkpoint, tmp_path, monkeypatch
+):
+    from clocktune.train import grpo
+
+    tasks = _tasks(generated, 4)
+    write_timelines(tmp_path / "tasks.jsonl", tasks)
+    seen = {}
+    original = grpo.RuntimeRollouts.__call__
+
+    def recording(self, prompts, trainer):
+        output = original(self, prompts, trainer)
+        seen.setdefault(trainer.state.global_step, (list(prompts), output["completion_ids"]))
+        return output
+
+    monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", recording)
+    save = ["--save_strategy", "steps", "--save_steps", "1", "--max_steps", "3"]
+    whole = grpo.main(*_args(tmp_path / "whole", checkpoint, tmp_path / "tasks.jsonl", *save), make_backend)
+    logged = {key for entry in whole.state.log_history for key in entry}
+    for name in ("task_success", "first_words_latency", "side_effect_violations", "session_notices"):
+        assert f"rewards/{name}/mean" in logged
+    assert {"rollout/seconds", "rollout/acceptance", "rollout/switched_on_batch"} <= logged
+    uninterrupted, seen = dict(seen), {}
+
+    def killed(self, prompts, trainer):
+        if trainer.state.global_step == 2:
+            raise KeyboardInterrupt  # the process dies inside the third step's rollouts
+        return recording(self, prompts, trainer)
+
+    monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", killed)
+    arguments = _args(tmp_path / "resumed", checkpoint, tmp_path / "tasks.jsonl", *save)
+    with pytest.raises(KeyboardInterrupt):
+        grpo.main(*arguments, make_backend)
+    assert (tmp_path / "resumed" / "out" / "checkpoint-2").is_dir()
+    monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", recording)
+    seen = {}
+    resumed = grpo.main(*_args(tmp_path / "resumed", checkpoint, tmp_path / "tasks.jsonl", *save), make_backend)
+    assert resumed.state.global_step == 3
+    assert set(seen) == {2} and seen[2] == uninterrupted[2]  # only the third step played, the same tasks and sessions
