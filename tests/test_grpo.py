@@ -149,11 +149,13 @@ def test_a_grpo_run_logs_every_reward_component_and_killed_mid_step_resumes_with
 
     monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", recording)
     save = ["--save_strategy", "steps", "--save_steps", "1", "--max_steps", "3"]
-    whole = grpo.main(*_args(tmp_path / "whole", checkpoint, tmp_path / "tasks.jsonl", *save), make_backend)
+    # Live evaluation as in SFT (it restores the random state, so the run's steps are those of a run without it).
+    live = ["--live_eval_steps", "3", "--live_eval_sessions", "1", "--live_eval_data", str(tmp_path / "tasks.jsonl")]
+    whole = grpo.main(*_args(tmp_path / "whole", checkpoint, tmp_path / "tasks.jsonl", *save, *live), make_backend)
     logged = {key for entry in whole.state.log_history for key in entry}
     for name in ("task_success", "first_words_latency", "side_effect_violations", "session_notices"):
         assert f"rewards/{name}/mean" in logged
-    assert {"rollout/seconds", "rollout/acceptance", "rollout/switched_on_batch"} <= logged
+    assert {"rollout/seconds", "rollout/acceptance", "rollout/switched_on_batch", "live/accuracy"} <= logged
     uninterrupted, seen = dict(seen), {}
 
     def killed(self, prompts, trainer):
