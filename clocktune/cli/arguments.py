@@ -19,6 +19,7 @@ import yaml
 __all__ = [
     "EXPECTED_ERRORS",
     "add_batch_size_flag",
+    "add_constrained_flag",
     "add_trust_flag",
     "check_out_apart",
     "describe_error",
@@ -170,6 +171,21 @@ def add_batch_size_flag(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="sessions whose forwards the model engine runs as one (default: 50 on a CPU, 64 on a GPU); the"
         " sessions' logs are the same at any batch size",
+    )
+
+
+def add_constrained_flag(parser: argparse.ArgumentParser, who: str = "a checkpoint's actions") -> None:
+    """Adds ``--constrained``/``--no-constrained`` to a command whose checkpoint decodes actions in the runtime.
+
+    Args:
+        parser: The command's parser.
+        who: What decodes, as the help says it (``the student's actions``, ``the --data sessions``...).
+    """
+    parser.add_argument(
+        "--constrained",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"decode {who} under the grammar of valid actions (--no-constrained: the plain argmax)",
     )
 
 

@@ -46,7 +46,7 @@ import torch
 from transformers import TrainerCallback
 
 from clocktune.atomic import atomic_write_lines
-from clocktune.cli.arguments import add_batch_size_flag
+from clocktune.cli.arguments import add_batch_size_flag, add_constrained_flag
 from clocktune.cli.demo_schedule import QUIET_PHASES, SYNC_PHASES, DemoSchedule, EtaCallback, StepTimer, TimeBudget
 from clocktune.clock import PROFILES
 from clocktune.train.cpu_share import FairShare, FairShareCallback
@@ -217,13 +217,7 @@ def make_parser() -> argparse.ArgumentParser:
         " below the recipe's)",
     )
     parser.add_argument("--num-proc", type=int, default=2)
-    parser.add_argument(
-        "--constrained",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="decode the models' actions in the runtime under the grammar of valid actions (--no-constrained: the"
-        " plain argmax)",
-    )
+    add_constrained_flag(parser, "the models' actions in the runtime")
     parser.add_argument(
         "--call-bias",
         type=float,

@@ -28,6 +28,7 @@ from typing import Any
 
 from clocktune.cli.arguments import (
     add_batch_size_flag,
+    add_constrained_flag,
     add_trust_flag,
     check_out_apart,
     draft_name,
@@ -472,12 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also write each session's log as a timeline (OUT/sessions_<policy>.jsonl; several times the data's size)",
     )
-    evaluate.add_argument(
-        "--constrained",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="decode a checkpoint's actions under the grammar of valid actions (--no-constrained: the plain argmax)",
-    )
+    add_constrained_flag(evaluate)
     draft_help = (
         "speculative decoding of a checkpoint's actions, lossless (the same actions, faster or not): none, "
         "prompt_lookup[:N] (n-grams of at least N tokens), layer_skip[:N] (its first N layers), int8/int4 (torchao; needs it), or auto (the cost "
@@ -523,13 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=draft_name,
         help="charge this drafter's decode rate measured on the --data sessions (default: plain decoding's)",
     )
-    profile.add_argument(
-        "--constrained",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="the --data sessions decode under the grammar of valid actions, as `eval` does (--no-constrained: as"
-        " `eval --no-constrained`; acceptance differs between the two)",
-    )
+    add_constrained_flag(profile, "the --data sessions, as `eval` does (acceptance differs between the two),")
     profile.add_argument(
         "--out", type=output_file, default=None, help="write the profile here as YAML, for `clocktune eval --profile`"
     )

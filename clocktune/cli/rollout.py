@@ -13,6 +13,7 @@ from pathlib import Path
 
 from clocktune.cli.arguments import (
     add_batch_size_flag,
+    add_constrained_flag,
     add_trust_flag,
     check_out_apart,
     draft_name,
@@ -112,12 +113,7 @@ def add_rollout_parser(sub: argparse._SubParsersAction) -> None:
         default="phone-135m",
         help=f"device compute profile of the virtual clock: {', '.join(sorted(PROFILES))}, or a YAML file",
     )
-    rollout.add_argument(
-        "--constrained",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="the student decodes under the grammar of valid actions (--no-constrained: the plain argmax)",
-    )
+    add_constrained_flag(rollout, "the student's actions")
     rollout.add_argument(
         "--takeover",
         action=argparse.BooleanOptionalAction,

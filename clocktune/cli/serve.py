@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clocktune.cli.arguments import add_batch_size_flag, add_trust_flag, output_folder, positive_float, positive_int
+from clocktune.cli.arguments import (
+    add_batch_size_flag,
+    add_constrained_flag,
+    add_trust_flag,
+    output_folder,
+    positive_float,
+    positive_int,
+)
 
 __all__ = ["add_serve_parsers", "cmd_chat", "cmd_serve"]
 
@@ -148,12 +155,7 @@ def _add_agent_flags(parser: argparse.ArgumentParser, model_required: bool) -> N
     parser.add_argument("--policy", default=None, help="the policy's name; for scripted models, its strategy")
     parser.add_argument("--domain", default=None, help="a registered domain's name or a declarative domain file")
     parser.add_argument("--data", nargs="+", default=None, help="held-out timelines a session may open by id")
-    parser.add_argument(
-        "--constrained",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="decode a checkpoint's actions under the grammar of valid actions",
-    )
+    add_constrained_flag(parser)
     parser.add_argument("--call-bias", type=float, default=0.0, help="a checkpoint's call bias (clocktune eval's)")
     parser.add_argument("--record", type=output_folder, default=None, help="write every session as a timeline here")
     parser.add_argument("--idle-s", type=positive_float, default=300.0, help="end a session silent this long")

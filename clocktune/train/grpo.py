@@ -265,6 +265,9 @@ class RuntimeRollouts:
             "rollout/speculative_share": summary["speculative_share"] or 0.0,
             "rollout/switched_on_batch": float(summary["switched_on_batch"]),
         }
+        rebuilds = getattr(self.drafter, "rebuild_s", None)  # a quantized drafter, rebuilt from this step's weights
+        if rebuilds:
+            self.last["rollout/drafter_rebuild_s"] = rebuilds[-1]
         for name, value in self.last.items():
             trainer._metrics["train"][name].append(value)  # TRL averages and logs its metrics at each logging step
         return {
