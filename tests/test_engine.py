@@ -53,6 +53,35 @@ def test_a_packed_forward_gives_each_session_the_logits_of_its_own_forward_under
     assert len(engine.system_prompts) == 1 and all(session.length == 16 for session in sessions[:2])
 
 
+def test_a_step_packs_only_forwards_of_one_kind_and_the_others_keep_their_place():
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, max_position_embeddings=512, **TINY)).eval()
+    model.config._attn_implementation = "sdpa"
+    engine = Engine(model, batch_size=4)
+    until = [math.inf] * 64
+    sessions = [engine.open((1, 2, 3)) for _ in range(4)]
+    # Two sessions ask for a full forward, one for its first layer only (a layer-skip draft), one for a full one.
+    kinds = [None, 1, None, None]
+    results = {}
+
+    def work(index, layers):
+        logits = yield Forward([10 + index], [0.0], until, layers=layers)
+        results[index] = (logits, engine.stats.forwards)
+
+    for index, (session, layers) in enumerate(zip(sessions, kinds, strict=True)):
+        engine.submit(session, work(index, layers), lambda result, error: None)
+    assert engine.step() == 3 and engine.stats.shallow_forwards == 0  # the full forwards, together
+    assert engine.step() == 1 and engine.stats.shallow_forwards == 1  # then the shallow one, alone
+    assert engine.step() == 0 and set(results) == {0, 1, 2, 3}
+
+    # Each got the logits of its own kind: the shallow forward's differ from a full forward of the same token.
+    def alone(token):
+        return Engine(model).open((1, 2, 3)).forward(Forward([token], [0.0], until))
+
+    assert torch.allclose(results[0][0], alone(10), atol=1e-5)
+    assert not torch.allclose(results[1][0], alone(11), atol=1e-3)
+
+
 def test_a_model_plays_the_same_sessions_at_batch_eight_as_alone(generated, tiny_chatml_model):
     timelines = [t for t in generated[0] if len(t.events) < 40][:8]
 
