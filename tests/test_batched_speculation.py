@@ -103,7 +103,8 @@ def test_sessions_drafting_inside_a_batch_of_eight_log_what_plain_decoding_logs_
     timelines = [t for t in generated[0] if len(t.events) < 40][:8]
     plain, _ = _play(tiny_four_layer_model, timelines, 1, "none", temperature)
     assert sum(len(events) for events in plain) > 8 * 10
-    for draft in DRAFTERS:
+    # Sampled: the model drafter, which drafts with the target's noise (a lookup's drafts do not depend on it).
+    for draft in DRAFTERS if temperature == 0 else ("layer_skip:2",):
         logs, factory = _play(tiny_four_layer_model, timelines, 8, draft, temperature)
         assert logs == plain, draft
         decoding, engine = factory.decoding, factory.engine

@@ -148,9 +148,9 @@ def test_a_grpo_run_logs_every_reward_component_and_killed_mid_step_resumes_with
         return output
 
     monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", recording)
-    save = ["--save_strategy", "steps", "--save_steps", "1", "--max_steps", "3"]
+    save = ["--save_strategy", "steps", "--save_steps", "1", "--max_steps", "2"]
     # Live evaluation as in SFT (it restores the random state, so the run's steps are those of a run without it).
-    live = ["--live_eval_steps", "3", "--live_eval_sessions", "1", "--live_eval_data", str(tmp_path / "tasks.jsonl")]
+    live = ["--live_eval_steps", "2", "--live_eval_sessions", "1", "--live_eval_data", str(tmp_path / "tasks.jsonl")]
     whole = grpo.main(*_args(tmp_path / "whole", checkpoint, tmp_path / "tasks.jsonl", *save, *live), make_backend)
     logged = {key for entry in whole.state.log_history for key in entry}
     for name in ("task_success", "first_words_latency", "side_effect_violations", "session_notices"):
@@ -159,17 +159,17 @@ def test_a_grpo_run_logs_every_reward_component_and_killed_mid_step_resumes_with
     uninterrupted, seen = dict(seen), {}
 
     def killed(self, prompts, trainer):
-        if trainer.state.global_step == 2:
-            raise KeyboardInterrupt  # the process dies inside the third step's rollouts
+        if trainer.state.global_step == 1:
+            raise KeyboardInterrupt  # the process dies inside the second step's rollouts
         return recording(self, prompts, trainer)
 
     monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", killed)
     arguments = _args(tmp_path / "resumed", checkpoint, tmp_path / "tasks.jsonl", *save)
     with pytest.raises(KeyboardInterrupt):
         grpo.main(*arguments, make_backend)
-    assert (tmp_path / "resumed" / "out" / "checkpoint-2").is_dir()
+    assert (tmp_path / "resumed" / "out" / "checkpoint-1").is_dir()
     monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", recording)
     seen = {}
     resumed = grpo.main(*_args(tmp_path / "resumed", checkpoint, tmp_path / "tasks.jsonl", *save), make_backend)
-    assert resumed.state.global_step == 3
-    assert set(seen) == {2} and seen[2] == uninterrupted[2]  # only the third step played, the same tasks and sessions
+    assert resumed.state.global_step == 2
+    assert set(seen) == {1} and seen[1] == uninterrupted[1]  # only the second step played, the same tasks and sessions
