@@ -31,7 +31,13 @@ def test_a_fitted_roofline_recovers_the_device_it_was_timed_on():
     samples = [(b * k, b, device.seconds(b * k, b)) for b in (1, 2, 4, 8, 16, 32) for k in (1, 2, 3, 5, 7)]
     fitted = Roofline.fit(samples)
     assert fitted.memory_s == pytest.approx(0.020, rel=0.05) and fitted.row_s == pytest.approx(0.0005, rel=0.1)
-    assert fitted.knee == pytest.approx(50, rel=0.1)
+    assert fitted.knee == pytest.approx(50, rel=0.1) and fitted.overhead_s < 0.001
+    # A CPU's forwards: a fixed cost and then every token costs (no flat region): the knee falls near one token.
+    cpu = Roofline(memory_s=0.010, token_s=0.010, row_s=0.0002, overhead_s=0.045)
+    measured = [(b * k, b, cpu.seconds(b * k, b)) for b in (1, 2, 4, 8, 16, 32) for k in (1, 2, 3, 5, 7)]
+    refit = Roofline.fit(measured)
+    assert all(refit.seconds(t, r) == pytest.approx(s, rel=0.03) for t, r, s in measured)
+    assert SpeculationCosts(0.055, {}, roofline=refit).verify(5, 1) == pytest.approx(95 / 55, rel=0.03)
     # Verifying 4 draft tokens: free for one session, more than 2.5 steps' worth for 64 (the rows' own cost shared).
     costs = SpeculationCosts(0.02, {}, roofline=fitted)
     assert costs.verify(5, 1) < 1.05 and costs.verify(5, 64) > 2.5

@@ -78,26 +78,30 @@ def expected_speedup(alpha: float, gamma: int, cost_ratio: float, verify_ratio: 
 
 @dataclass(frozen=True)
 class Roofline:
-    """A packed forward's time from its tokens and its rows: ``max(memory_s, token_s · tokens) + row_s · rows``.
+    """A packed forward's time from its tokens and rows: ``overhead_s + max(memory_s, token_s · tokens) + row_s · rows``.
 
     EfficientRollout's roofline, per forward: below the knee (``memory_s / token_s`` tokens) a forward costs what
     reading every weight once costs, whatever it computes; above it, compute grows with the tokens; each row (a
-    session) adds its own attention over its own cache and the calls around it. Fitted by :meth:`fit` from forwards
-    timed over a sweep of batch sizes and tokens per row (``clocktune profile``), on the device at hand.
+    session) adds its own attention over its own cache and the calls around it; ``overhead_s`` is what every forward
+    costs besides (on a CPU, where small forwards are not memory-bound, most of the fixed cost lands there and the knee
+    near one token: the model is then linear in the tokens). Fitted by :meth:`fit` from forwards timed over a sweep of
+    batch sizes and tokens per row (``clocktune profile``), on the device at hand.
 
     Args:
         memory_s: Seconds of a forward below the knee.
         token_s: Seconds per token above it.
         row_s: Seconds per row (session) of the forward.
+        overhead_s: Seconds every forward costs besides.
     """
 
     memory_s: float
     token_s: float
     row_s: float
+    overhead_s: float = 0.0
 
     def seconds(self, tokens: int, rows: int) -> float:
         """The predicted time of a forward of ``tokens`` tokens over ``rows`` sessions."""
-        return max(self.memory_s, self.token_s * tokens) + self.row_s * rows
+        return self.overhead_s + max(self.memory_s, self.token_s * tokens) + self.row_s * rows
 
     def ratio(self, tokens_per_row: int, batch: int) -> float:
         """A forward of ``batch`` rows of ``tokens_per_row`` tokens over one of ``batch`` single tokens (a decode step
@@ -113,9 +117,9 @@ class Roofline:
     def fit(cls, samples: list[tuple[int, int, float]]) -> Roofline:
         """The roofline closest to timed forwards, in relative error.
 
-        For a fixed knee the model is linear in ``memory_s`` and ``row_s`` (``memory_s · max(1, tokens / knee) +
-        row_s · rows``), so each candidate knee is solved by least squares (coefficients kept non-negative) and the
-        best kept.
+        For a fixed knee the model is linear in ``overhead_s``, ``memory_s`` and ``row_s`` (``overhead_s + memory_s ·
+        max(1, tokens / knee) + row_s · rows``), so each candidate knee is solved by least squares (coefficients kept
+        non-negative) and the best kept.
 
         Args:
             samples: ``(tokens, rows, seconds)`` of timed forwards.
@@ -129,27 +133,30 @@ class Roofline:
         weight = 1.0 / seconds  # relative error: the small forwards count as much as the large
         best: tuple[float, Roofline] | None = None
         for knee in np.geomspace(1.0, max(tokens.max(), 2.0) * 4.0, 200):
-            columns = np.stack([np.maximum(1.0, tokens / knee), rows], axis=1)
+            columns = np.stack([np.ones_like(tokens), np.maximum(1.0, tokens / knee), rows], axis=1)
             coefficients = _non_negative_least_squares(columns * weight[:, None], seconds * weight)
             residual = float(np.sum((columns @ coefficients * weight - seconds * weight) ** 2))
             if best is None or residual < best[0]:
-                memory_s, row_s = (float(value) for value in coefficients)
-                best = (residual, cls(memory_s, float(memory_s / knee), row_s))
+                overhead_s, memory_s, row_s = (float(value) for value in coefficients)
+                best = (residual, cls(memory_s, float(memory_s / knee), row_s, overhead_s))
         return best[1]
 
 
 def _non_negative_least_squares(matrix: np.ndarray, target: np.ndarray) -> np.ndarray:
-    # Two unknowns: the unconstrained solution, else the better of each one alone (the other at zero).
-    solution = np.linalg.lstsq(matrix, target, rcond=None)[0]
-    if (solution >= 0).all():
-        return solution
-    candidates = []
-    for column in range(matrix.shape[1]):
-        alone = np.zeros(matrix.shape[1])
-        norm = float(matrix[:, column] @ matrix[:, column])
-        alone[column] = max(float(matrix[:, column] @ target) / norm, 0.0) if norm else 0.0
-        candidates.append((float(np.sum((matrix @ alone - target) ** 2)), alone))
-    return min(candidates, key=lambda candidate: candidate[0])[1]
+    # A handful of unknowns: least squares on every subset of the columns, the best whose solution is non-negative
+    # (the others held at zero).
+    count = matrix.shape[1]
+    best: tuple[float, np.ndarray] | None = None
+    for subset in range(1, 2**count):
+        chosen = [column for column in range(count) if subset >> column & 1]
+        solution = np.zeros(count)
+        solution[chosen] = np.linalg.lstsq(matrix[:, chosen], target, rcond=None)[0]
+        if (solution < 0).any():
+            continue
+        residual = float(np.sum((matrix @ solution - target) ** 2))
+        if best is None or residual < best[0]:
+            best = (residual, solution)
+    return best[1] if best is not None else np.zeros(count)
 
 
 @dataclass(frozen=True)
