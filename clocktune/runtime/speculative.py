@@ -117,9 +117,8 @@ class Roofline:
     def fit(cls, samples: list[tuple[int, int, float]]) -> Roofline:
         """The roofline closest to timed forwards, in relative error.
 
-        For a fixed knee the model is linear in ``overhead_s``, ``memory_s`` and ``row_s`` (``overhead_s + memory_s ·
-        max(1, tokens / knee) + row_s · rows``), so each candidate knee is solved by least squares (coefficients kept
-        non-negative) and the best kept.
+        For a fixed knee the model is linear (``overhead_s + memory_s · max(1, tokens / knee) + row_s · rows``), so
+        each candidate knee is solved by non-negative least squares and the best kept.
 
         Args:
             samples: ``(tokens, rows, seconds)`` of timed forwards.
@@ -143,8 +142,7 @@ class Roofline:
 
 
 def _non_negative_least_squares(matrix: np.ndarray, target: np.ndarray) -> np.ndarray:
-    # A handful of unknowns: least squares on every subset of the columns, the best whose solution is non-negative
-    # (the others held at zero).
+    # A handful of unknowns: least squares on every subset of the columns (the rest at 0), the best non-negative one.
     count = matrix.shape[1]
     best: tuple[float, np.ndarray] | None = None
     for subset in range(1, 2**count):
