@@ -121,14 +121,17 @@ def test_at_step_zero_the_trainers_logprobs_equal_the_rollouts_and_differ_from_a
     for row in range(input_ids.size(0)):
         ids = input_ids[row][mask[row].bool()].tolist()
         prompt = int(batch["prompt_mask"][row].sum())
-        times, until = trainer.streaming_rows.get(ids)
+        times, until, actions = trainer.streaming_rows.get(ids)
         rendering = Rendering(input_ids=ids, time=times, visible_until=until)
         runtime = torch.tensor(session_logprobs(model, rendering, prompt, args.temperature))
         completion = len(ids) - prompt
-        assert torch.allclose(ours[row, :completion], runtime, atol=1e-4), row
+        # Only the model's own action tokens carry loss: the trainer scores them alone and leaves the rest at 0.
+        scored = torch.tensor(actions[prompt:])
+        assert scored.any() and not ours[row, :completion][~scored].any(), row
+        assert torch.allclose(ours[row, :completion][scored], runtime[scored], atol=1e-4), row
         if any(not math.isinf(value) for value in until):
             hidden_rows += 1
-            assert (ours[row, :completion] - theirs[row, :completion]).abs().max() > 1e-3
+            assert (ours[row, :completion][scored] - theirs[row, :completion][scored]).abs().max() > 1e-3
     assert hidden_rows > 0
 
 
@@ -156,6 +159,16 @@ def test_a_grpo_run_logs_every_reward_component_and_killed_mid_step_resumes_with
     for name in ("task_success", "first_words_latency", "side_effect_violations", "session_notices"):
         assert f"rewards/{name}/mean" in logged
     assert {"rollout/seconds", "rollout/acceptance", "rollout/switched_on_batch", "live/accuracy"} <= logged
+    # The saved policy loads alone, with the trained weights (an adapter would name the raw base, not the checkpoint).
+    from clocktune.runtime.policy_factories import load_policy_model
+
+    saved, _ = load_policy_model(str(tmp_path / "whole" / "out"))
+    trained = whole.accelerator.unwrap_model(whole.model).state_dict()
+    merged = {name.removeprefix("base_model.model."): value for name, value in trained.items()}
+    compared = [name for name in saved.state_dict() if name in merged]
+    assert any("q_proj" in name for name in compared)
+    for name in compared:
+        assert torch.equal(saved.state_dict()[name], merged[name]), name
     uninterrupted, seen = dict(seen), {}
 
     def killed(self, prompts, trainer):

@@ -32,6 +32,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -88,24 +89,28 @@ REWARDS = [task_success, first_words_latency, side_effect_violations, session_no
 
 
 class StreamingRows:
-    """Each rollout's token times and visibility, by its ids: what the trainer's log-prob pass needs to see each
-    token as its session saw it. Filled by every rollout call (the rows of one generation batch; the trainer reuses
-    them for its ``num_iterations``) and emptied at the next."""
+    """Each rollout's token times, visibility and loss positions, by its ids: what the trainer's log-prob pass needs
+    to see each token as its session saw it. Filled by every rollout call (the rows of one generation batch; the
+    trainer reuses them for its ``num_iterations``) and emptied at the next."""
 
     def __init__(self) -> None:
-        self._rows: dict[tuple[int, ...], tuple[list[float], list[float]]] = {}
+        self._rows: dict[tuple[int, ...], tuple[list[float], list[float], list[bool]]] = {}
 
     def clear(self) -> None:
         """Forgets the rows of the last generation batch."""
         self._rows.clear()
 
     def add(self, rendering: Rendering) -> None:
-        """Keeps a rendered session's times and visibility under its ids."""
+        """Keeps a rendered session's times, visibility and action tokens (those that carry loss) under its ids."""
         # Two rollouts rendered to the same ids played the same events: their visibility is the same token for token.
-        self._rows[tuple(rendering.input_ids)] = (list(rendering.time), list(rendering.visible_until))
+        self._rows[tuple(rendering.input_ids)] = (
+            list(rendering.time),
+            list(rendering.visible_until),
+            [label != -100 for label in rendering.labels],
+        )
 
-    def get(self, ids: list[int]) -> tuple[list[float], list[float]]:
-        """The times and visibility of a rollout's ids.
+    def get(self, ids: list[int]) -> tuple[list[float], list[float], list[bool]]:
+        """The times, visibility and action tokens of a rollout's ids.
 
         Raises:
             KeyError: For ids no rollout of this generation batch rendered to.
@@ -283,8 +288,14 @@ class RuntimeRollouts:
 
 
 class ClockGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` whose log-probs see each rollout as its session did: per row, under the row's streaming mask
-    and with positions from 0, through TRL's fused LM head (log-probs and entropies without the full logits).
+    """``GRPOTrainer`` whose log-probs see each rollout as its session did: under the row's streaming mask and with
+    positions from 0, at the model's own action tokens (the only ones that carry loss).
+
+    Two things make it cheaper than TRL's pass over every completion token. The rows of a micro-batch that start with
+    the same system prompt run it once, with gradients, as a KV cache each row continues from (the rollouts of a task,
+    and every task of a domain, share it): on the demo's sessions the prompt is about half of each row. And the LM head
+    runs only where an action token is predicted (``logits_to_keep``): user speech and tool results, most of a
+    completion, carry no loss (``env_mask``), so their log-probs are left at 0.
 
     Args:
         *args: As ``GRPOTrainer``'s.
@@ -307,39 +318,72 @@ class ClockGRPOTrainer(GRPOTrainer):
         compute_aux_loss: bool = False,
         **unused: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """Per-token log-probs (and entropies) of the completion columns, one row at a time under its own mask.
+        """Per-token log-probs (and entropies) of the completion columns' action tokens, 0 elsewhere.
 
         ``input_ids`` is TRL's left-padded prompts then right-padded completions; each row is taken without its
         padding, so its positions and mask are the session's.
         """
+        from transformers import DynamicCache
+
         rows = input_ids.size(0)
         start = input_ids.size(1) - logits_to_keep  # the first completion column
         device = input_ids.device
         logps = torch.zeros(rows, logits_to_keep, device=device)
         entropies = torch.zeros(rows, logits_to_keep, device=device) if compute_entropy else None
         dtype = next(model.parameters()).dtype
+        checkpointing = bool(self.args.gradient_checkpointing) and model.training
+        groups: dict[tuple, list[tuple[int, torch.Tensor, int, list[float], list[float], list[bool]]]] = {}
         for row in range(rows):
-            real = attention_mask[row].bool()
-            ids = input_ids[row][real]
+            ids = input_ids[row][attention_mask[row].bool()]
             prompt = int(attention_mask[row, :start].sum())
-            times, until = self.streaming_rows.get(ids.tolist())
-            count = ids.numel()
-            mask = streaming_mask(0, times[:count], until[:count], dtype, device)
-            labels = ids.clone()[None]
-            labels[:, :prompt] = -100
+            times, until, actions = self.streaming_rows.get(ids.tolist())
+            # The last prompt token is fed with the completion, so that its logits (the first completion token's)
+            # come back; rows share the rest of their prompt when it is the same tokens seen the same way (not under
+            # activation checkpointing, whose layers drop the KV cache).
+            shared = 0 if checkpointing else prompt - 1
+            key = (tuple(ids[:shared].tolist()), tuple(times[:shared]), tuple(until[:shared]))
+            groups.setdefault(key, []).append((row, ids, shared, times, until, actions))
+        for members in groups.values():
+            _, ids, shared, times, until, _ = members[0]
             with self.accelerator.autocast():
-                outputs = model(
-                    input_ids=ids[None],
-                    attention_mask=mask,
-                    position_ids=torch.arange(count, device=device)[None],
-                    labels=labels,
-                    fused_lm_head=True,
-                )
-            # The fused head scores token j + 1 at index j (the last position predicts nothing).
-            completion = count - prompt
-            logps[row, :completion] = outputs.log_probs[0, prompt - 1 :]
-            if entropies is not None:
-                entropies[row, :completion] = outputs.entropy[0, prompt - 1 :]
+                cache = DynamicCache(config=self.model.config)
+                if shared:
+                    model(
+                        input_ids=ids[None, :shared],
+                        attention_mask=streaming_mask(0, times[:shared], until, dtype, device),
+                        position_ids=torch.arange(shared, device=device)[None],
+                        cache=cache,
+                        use_cache=True,
+                    )
+                prompt_layers = [(layer.keys, layer.values) for layer in cache.layers] if shared else []
+                for row, ids, shared, times, until, actions in members:
+                    count = ids.numel()
+                    # Fed index j predicts the token at ``shared + 1 + j``: completion column ``shared + 1 + j - prompt``.
+                    prompt = int(attention_mask[row, :start].sum())
+                    keep = [
+                        j for j in range(count - shared - 1) if shared + 1 + j >= prompt and actions[shared + 1 + j]
+                    ]
+                    if not keep:
+                        continue
+                    row_cache = DynamicCache(config=self.model.config)
+                    # `update` concatenates onto an empty layer: each row's tokens never touch the shared prompt's.
+                    for index, (keys, values) in enumerate(prompt_layers):
+                        row_cache.update(keys, values, index)
+                    kept = torch.tensor(keep, device=device)
+                    outputs = model(
+                        input_ids=ids[None, shared:],
+                        attention_mask=streaming_mask(shared, times[shared:count], until, dtype, device),
+                        position_ids=torch.arange(shared, count, device=device)[None],
+                        cache=row_cache,
+                        use_cache=True,
+                        logits_to_keep=kept,
+                    )
+                    log_probs = torch.log_softmax(outputs.logits[0].float() / self.temperature, dim=-1)
+                    targets = ids[shared + 1 + kept]
+                    columns = kept + shared + 1 - prompt
+                    logps[row, columns] = log_probs.gather(1, targets[:, None])[:, 0]
+                    if entropies is not None:
+                        entropies[row, columns] = -(log_probs.exp() * log_probs).sum(-1)
         return logps, entropies, None
 
 
@@ -441,7 +485,15 @@ def main(
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}")
     trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(training_args.output_dir)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if hasattr(model, "merge_and_unload"):
+        # The starting checkpoint is often itself an adapter, merged into its base when loaded: an adapter saved now
+        # would name that base (the raw model) and load without the SFT weights. The merged policy loads alone.
+        model = model.merge_and_unload()
+        for stale in ("adapter_config.json", "adapter_model.safetensors"):
+            Path(training_args.output_dir, stale).unlink(missing_ok=True)
+    if trainer.accelerator.is_main_process:
+        model.save_pretrained(training_args.output_dir)
     trainer.processing_class.save_pretrained(training_args.output_dir)
     return trainer
 
