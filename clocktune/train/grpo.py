@@ -36,12 +36,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers import DynamicCache
 from trl import GRPOTrainer
 
 from clocktune.render import render
 from clocktune.runtime.engine import Engine, Forward
 from clocktune.runtime.incremental import streaming_mask
 from clocktune.train.grpo_config import ClockGRPOConfig
+from clocktune.train.trainer import cache_over
 
 if TYPE_CHECKING:
     from clocktune.render import Rendering
@@ -293,9 +295,10 @@ class ClockGRPOTrainer(GRPOTrainer):
 
     Two things make it cheaper than TRL's pass over every completion token. The rows of a micro-batch that start with
     the same system prompt run it once, with gradients, as a KV cache each row continues from (the rollouts of a task,
-    and every task of a domain, share it): on the demo's sessions the prompt is about half of each row. And the LM head
-    runs only where an action token is predicted (``logits_to_keep``): user speech and tool results, most of a
-    completion, carry no loss (``env_mask``), so their log-probs are left at 0.
+    and every task of a domain, share it; not under activation checkpointing, whose layers drop the cache): on the
+    demo's training timelines the prompt is 65% of a row (median of 200). And the LM head runs only where an action
+    token is predicted (``logits_to_keep``): user speech and tool results, 77% of a completion there, carry no loss
+    (``env_mask``), so their log-probs are left at 0.
 
     Args:
         *args: As ``GRPOTrainer``'s.
@@ -323,31 +326,30 @@ class ClockGRPOTrainer(GRPOTrainer):
         ``input_ids`` is TRL's left-padded prompts then right-padded completions; each row is taken without its
         padding, so its positions and mask are the session's.
         """
-        from transformers import DynamicCache
-
         rows = input_ids.size(0)
         start = input_ids.size(1) - logits_to_keep  # the first completion column
         device = input_ids.device
         logps = torch.zeros(rows, logits_to_keep, device=device)
         entropies = torch.zeros(rows, logits_to_keep, device=device) if compute_entropy else None
         dtype = next(model.parameters()).dtype
+        # The last prompt token is fed with the completion, so that its logits (the first completion token's) come
+        # back; the tokens before it are shared by rows whose are the same, seen the same way.
         checkpointing = bool(self.args.gradient_checkpointing) and model.training
         groups: dict[tuple, list[tuple[int, torch.Tensor, int, list[float], list[float], list[bool]]]] = {}
         for row in range(rows):
             ids = input_ids[row][attention_mask[row].bool()]
             prompt = int(attention_mask[row, :start].sum())
             times, until, actions = self.streaming_rows.get(ids.tolist())
-            # The last prompt token is fed with the completion, so that its logits (the first completion token's)
-            # come back; rows share the rest of their prompt when it is the same tokens seen the same way (not under
-            # activation checkpointing, whose layers drop the KV cache).
             shared = 0 if checkpointing else prompt - 1
             key = (tuple(ids[:shared].tolist()), tuple(times[:shared]), tuple(until[:shared]))
-            groups.setdefault(key, []).append((row, ids, shared, times, until, actions))
-        for members in groups.values():
-            _, ids, shared, times, until, _ = members[0]
+            groups.setdefault(key, []).append((row, ids, prompt, times, until, actions))
+        for key, members in groups.items():
+            shared = len(key[0])
             with self.accelerator.autocast():
-                cache = DynamicCache(config=self.model.config)
+                prompt_layers = []
                 if shared:
+                    _, ids, _, times, until, _ = members[0]
+                    cache = DynamicCache(config=self.model.config)
                     model(
                         input_ids=ids[None, :shared],
                         attention_mask=streaming_mask(0, times[:shared], until, dtype, device),
@@ -355,33 +357,25 @@ class ClockGRPOTrainer(GRPOTrainer):
                         cache=cache,
                         use_cache=True,
                     )
-                prompt_layers = [(layer.keys, layer.values) for layer in cache.layers] if shared else []
-                for row, ids, shared, times, until, actions in members:
+                    prompt_layers = [(layer.keys, layer.values) for layer in cache.layers]
+                for row, ids, prompt, times, until, actions in members:
                     count = ids.numel()
-                    # Fed index j predicts the token at ``shared + 1 + j``: completion column ``shared + 1 + j - prompt``.
-                    prompt = int(attention_mask[row, :start].sum())
-                    keep = [
-                        j for j in range(count - shared - 1) if shared + 1 + j >= prompt and actions[shared + 1 + j]
-                    ]
+                    # Fed token j predicts the token at shared + 1 + j; the completion's start at prompt.
+                    keep = [j for j in range(prompt - shared - 1, count - shared - 1) if actions[shared + 1 + j]]
                     if not keep:
                         continue
-                    row_cache = DynamicCache(config=self.model.config)
-                    # `update` concatenates onto an empty layer: each row's tokens never touch the shared prompt's.
-                    for index, (keys, values) in enumerate(prompt_layers):
-                        row_cache.update(keys, values, index)
                     kept = torch.tensor(keep, device=device)
                     outputs = model(
                         input_ids=ids[None, shared:],
-                        attention_mask=streaming_mask(shared, times[shared:count], until, dtype, device),
+                        attention_mask=streaming_mask(shared, times[shared:], until, dtype, device),
                         position_ids=torch.arange(shared, count, device=device)[None],
-                        cache=row_cache,
+                        cache=cache_over(prompt_layers, self.model.config),
                         use_cache=True,
                         logits_to_keep=kept,
                     )
                     log_probs = torch.log_softmax(outputs.logits[0].float() / self.temperature, dim=-1)
-                    targets = ids[shared + 1 + kept]
                     columns = kept + shared + 1 - prompt
-                    logps[row, columns] = log_probs.gather(1, targets[:, None])[:, 0]
+                    logps[row, columns] = log_probs.gather(1, ids[shared + 1 + kept][:, None])[:, 0]
                     if entropies is not None:
                         entropies[row, columns] = -(log_probs.exp() * log_probs).sum(-1)
         return logps, entropies, None

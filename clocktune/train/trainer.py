@@ -33,6 +33,18 @@ from clocktune.rendered_dataset import ACTION_TYPES
 from clocktune.train.config import ClockSFTConfig
 
 
+def cache_over(layers: list[tuple[torch.Tensor, torch.Tensor]], config: Any) -> DynamicCache:
+    """A fresh cache over stored keys and values (a prompt's, per layer), for one forward to continue from.
+
+    ``update`` concatenates onto an empty layer, so the tokens fed after them never touch the stored tensors: many
+    forwards can continue from one prompt, and gradients through it sum as they would over separate copies.
+    """
+    cache = DynamicCache(config=config)
+    for index, (keys, values) in enumerate(layers):
+        cache.update(keys, values, index)
+    return cache
+
+
 class ClockSFTTrainer(SFTTrainer):
     """Supervised fine-tuning on rendered timelines with streaming masks.
 
@@ -158,11 +170,7 @@ class ClockSFTTrainer(SFTTrainer):
                 # One causal segment starting at position 0: no mask needed.
                 model(input_ids=prompt_ids, position_ids=position_ids, cache=cache, use_cache=True)
             self._prompt_layers = (key, [(layer.keys, layer.values) for layer in cache.layers])
-        cache = DynamicCache(config=self.model.config)
-        # `update` concatenates onto an empty layer: the new tokens of this micro-batch never touch the stored ones.
-        for index, (keys, values) in enumerate(self._prompt_layers[1]):
-            cache.update(keys, values, index)
-        return cache
+        return cache_over(self._prompt_layers[1], self.model.config)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mode = "train" if self.model.training else "eval"
