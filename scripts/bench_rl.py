@@ -9,7 +9,7 @@ per step, end-to-end seconds per step, the reduction, acceptance, and the final 
 paired interval or not. The learning curves (success and latency p50 of the rollouts per step) go to ``--figure``.
 
     .venv/bin/python scripts/bench_rl.py --checkpoint runs/demo/checkpoint --train-data runs/demo/data/train/data \
-        --eval-data runs/demo/data/eval/data --steps 20 [--lambdas 0 0.1] [--draft prompt_lookup] --out runs/bench-rl
+        --eval-data runs/demo/data/eval/data --steps 20 [--lambdas 0.1 0] [--draft prompt_lookup] --out runs/bench-rl
 """
 
 from __future__ import annotations
@@ -70,6 +70,20 @@ def live_row(label: str, run: PolicyRun, sync: PolicyRun, start: PolicyRun | Non
     )
 
 
+def save_live(runs: dict[str, PolicyRun], path: Path) -> None:
+    """Every live run so far, per dialogue (accurate or not), so that intervals between any two can be recomputed."""
+    rows = {
+        label: {
+            "accuracy": run.share("accurate"),
+            "latency_p50_s": run.latency(50),
+            "accurate": [bool(result.accurate) for result in run.results],
+        }
+        for label, run in runs.items()
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=1))
+
+
 def plot(curves: dict[str, list[dict]], path: Path) -> None:
     """Success and latency p50 of the rollouts, per step, one line per run."""
     import matplotlib
@@ -97,7 +111,7 @@ def main() -> None:
     parser.add_argument("--eval-data", default="runs/demo/data/eval/data", help="held-out timelines, played live")
     parser.add_argument("--recipe", default=RECIPE)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--lambdas", type=float, nargs="+", default=[0.0, 0.1], help="the last is the recipe's")
+    parser.add_argument("--lambdas", type=float, nargs="+", default=[0.1, 0.0], help="the first is the recipe's")
     parser.add_argument("--draft", default="prompt_lookup", help="the rollouts' drafter in the speculation run")
     parser.add_argument("--out", default="runs/bench-rl")
     parser.add_argument("--figure", default="docs/figures/rl-curves.png")
@@ -110,17 +124,20 @@ def main() -> None:
     print("| model | live accuracy | p50 s | speedup over sync [95%] | gain over the start [paired 95%] |")
     print("|---|---|---|---|---|")
     print(live_row("start", start, sync, None))
+    save_live({"sync": sync, "start": start}, out / "live.json")
     curves, finals = {}, {}
     for latency_weight in args.lambdas:
         label = f"λ={latency_weight:g}"
         curves[label] = train(args, out / f"lambda-{latency_weight:g}", latency_weight, "none")
         finals[label] = play(str(out / f"lambda-{latency_weight:g}"), timelines)
         print(live_row(label, finals[label], sync, start))
-    recipe = args.lambdas[-1]
+        save_live({"sync": sync, "start": start, **finals}, out / "live.json")
+    recipe = args.lambdas[0]
     label = f"λ={recipe:g} {args.draft}"
     curves[label] = train(args, out / f"lambda-{recipe:g}-{args.draft}", recipe, args.draft)
     finals[label] = play(str(out / f"lambda-{recipe:g}-{args.draft}"), timelines)
     print(live_row(label, finals[label], sync, start))
+    save_live({"sync": sync, "start": start, **finals}, out / "live.json")
 
     plain, drafted = curves[f"λ={recipe:g}"], curves[label]
     print("\n| rollouts | rollout s/step | end-to-end s/step | reduction | acceptance | switched on at batch |")
