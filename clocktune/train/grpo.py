@@ -479,17 +479,36 @@ def main(
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}")
     trainer.train(resume_from_checkpoint=checkpoint)
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if hasattr(model, "merge_and_unload"):
-        # The starting checkpoint is often itself an adapter, merged into its base when loaded: an adapter saved now
-        # would name that base (the raw model) and load without the SFT weights. The merged policy loads alone.
-        model = model.merge_and_unload()
-        for stale in ("adapter_config.json", "adapter_model.safetensors"):
-            Path(training_args.output_dir, stale).unlink(missing_ok=True)
-    if trainer.accelerator.is_main_process:
-        model.save_pretrained(training_args.output_dir)
-    trainer.processing_class.save_pretrained(training_args.output_dir)
+    save_policy(trainer, model_args.model_name_or_path, training_args.output_dir)
     return trainer
+
+
+def save_policy(trainer: ClockGRPOTrainer, start: str, output_dir: str) -> None:
+    """Saves the trained policy to ``output_dir`` as a full model that loads alone.
+
+    The starting checkpoint is often itself an adapter, merged into its base when loaded: an adapter saved as is
+    would name that base (the raw model) and load without the SFT weights. So the trainer saves the adapter (its
+    ``save_model`` gathers the weights when FSDP2 or ZeRO-3 shards them), and the main process loads it onto the
+    starting checkpoint, merges, and replaces the adapter's files by the merged model's.
+
+    Args:
+        trainer: The trainer after training.
+        start: The checkpoint training started from (``model_name_or_path``).
+        output_dir: Where the policy goes.
+    """
+    from clocktune.runtime.policy_factories import load_policy_model
+
+    trainer.save_model(output_dir)
+    adapter = Path(output_dir, "adapter_config.json")
+    if trainer.accelerator.is_main_process and adapter.exists():
+        from peft import PeftModel
+
+        base, _ = load_policy_model(start)
+        merged = PeftModel.from_pretrained(base, output_dir).merge_and_unload()
+        for stale in (adapter, Path(output_dir, "adapter_model.safetensors")):
+            stale.unlink(missing_ok=True)
+        merged.save_pretrained(output_dir)
+    trainer.accelerator.wait_for_everyone()
 
 
 def make_parser() -> Any:
