@@ -112,7 +112,9 @@ def main() -> None:
     parser.add_argument("--recipe", default=RECIPE)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--lambdas", type=float, nargs="+", default=[0.1, 0.0], help="the first is the recipe's")
-    parser.add_argument("--draft", default="prompt_lookup", help="the rollouts' drafter in the speculation run")
+    parser.add_argument(
+        "--draft", default="prompt_lookup", help="the rollouts' drafter in the speculation run (none: no such run)"
+    )
     parser.add_argument("--out", default="runs/bench-rl")
     parser.add_argument("--figure", default="docs/figures/rl-curves.png")
     args = parser.parse_args()
@@ -133,6 +135,9 @@ def main() -> None:
         print(live_row(label, finals[label], sync, start))
         save_live({"sync": sync, "start": start, **finals}, out / "live.json")
     recipe = args.lambdas[0]
+    if args.draft == "none":
+        plot(curves, Path(args.figure))
+        return
     label = f"λ={recipe:g} {args.draft}"
     curves[label] = train(args, out / f"lambda-{recipe:g}-{args.draft}", recipe, args.draft)
     finals[label] = play(str(out / f"lambda-{recipe:g}-{args.draft}"), timelines)
