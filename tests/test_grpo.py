@@ -203,3 +203,9 @@ def test_a_grpo_run_logs_every_reward_component_and_killed_mid_step_resumes_with
     )
     assert resumed.state.global_step == 2
     assert set(seen) == {1} and seen[1] == uninterrupted[1]  # only the second step played, the same tasks and sessions
+
+
+def test_advantages_are_not_divided_by_the_groups_spread_unless_the_config_asks(tmp_path):
+    # With group scaling, a task whose rollouts all failed gets advantages of full size from latency alone.
+    assert ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True).scale_rewards == "none"
+    assert ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True, scale_rewards="group").scale_rewards == "group"
