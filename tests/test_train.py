@@ -487,3 +487,15 @@ def test_clocktune_train_hands_the_config_and_every_override_to_the_recipe(monke
     argv = ["--config", "configs/smollm2-135m/sft_lora_cpu.yaml", "--train_data", "a", "b", "--max_steps", "3"]
     assert main(["train", *argv]) == 0
     assert seen == [argv]
+
+
+def test_sft_from_a_lora_adapter_folder_fails_naming_the_folder_before_loading(tmp_path, timelines):
+    # An adapter trained on top would name the adapter's base and load without the adapter's weights.
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "base_model_name_or_path": "x"}')
+    from clocktune.train.sft import load_model_and_tokenizer
+
+    _, training_args, model_args = make_parser().parse_args_and_config(args=sft_args(adapter, timelines, tmp_path))
+    with pytest.raises(ValueError, match=f"{adapter}: a LoRA adapter"):
+        load_model_and_tokenizer(training_args, model_args)

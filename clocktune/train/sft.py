@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trl import ModelConfig, TrlParser, get_peft_config
@@ -97,6 +98,14 @@ def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelCon
     from clocktune.encoding import extend_tokenizer, get_codec, init_marker_embeddings
 
     model_path = resolve_model_path(model_args.model_name_or_path)
+    if Path(model_path, "adapter_config.json").exists():
+        # transformers would load the adapter unmerged, and what training saves would name the adapter's base (the
+        # raw model): the result would load without the adapter's weights. GRPO merges and saves merged instead.
+        raise ValueError(
+            f"model_name_or_path {model_path}: a LoRA adapter (adapter_config.json), and SFT starts from a full model."
+            " Merge it first: AutoPeftModelForCausalLM.from_pretrained(path).merge_and_unload().save_pretrained(out),"
+            " and save its tokenizer beside it"
+        )
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     model_type = AutoConfig.from_pretrained(model_path, revision=model_args.model_revision).model_type
     model_format = training_args.model_format or infer_model_format(model_type, tokenizer)
