@@ -103,6 +103,29 @@ def plot(curves: dict[str, list[dict]], path: Path) -> None:
     figure.savefig(path, dpi=120)
 
 
+def speculation_table(
+    curves: dict[str, list[dict]], live: dict[str, PolicyRun], plain: str, drafted: str, draft: str
+) -> None:
+    """EfficientRollout's columns for the plain and the speculative run of the recipe's λ, and the paired interval of
+    their final live accuracies."""
+    print("\n| rollouts | rollout s/step | end-to-end s/step | reduction | acceptance | switched on at batch |")
+    print("|---|---|---|---|---|---|")
+    base_rollout = statistics.fmean(_per_step(curves[plain], "rollout/seconds"))
+    for name, history in (("plain", curves[plain]), (draft, curves[drafted])):
+        rollout = statistics.fmean(_per_step(history, "rollout/seconds"))
+        step = statistics.fmean(_per_step(history, "step_time")) if _per_step(history, "step_time") else float("nan")
+        acceptance = statistics.fmean(_per_step(history, "rollout/acceptance"))
+        switched = max(_per_step(history, "rollout/switched_on_batch"), default=0)
+        print(
+            f"| {name} | {rollout:.1f} | {step:.1f} | {1 - rollout / base_rollout:+.1%} | {acceptance:.3f} "
+            f"| {switched:g} |"
+        )
+    low, high = accuracy_delta_ci95(
+        [r.accurate for r in live[drafted].results], [r.accurate for r in live[plain].results]
+    )
+    print(f"final live accuracy with {draft} minus plain: paired 95% [{low:+.2f}, {high:+.2f}]")
+
+
 def main() -> None:
     """Parses the command line, trains, plays and prints the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -122,45 +145,23 @@ def main() -> None:
     out = Path(args.out)
     timelines = load_timeline_files([args.eval_data])
     sync = play(None, timelines)
-    start = play(args.checkpoint, timelines)
+    live = {"sync": sync, "start": play(args.checkpoint, timelines)}
     print("| model | live accuracy | p50 s | speedup over sync [95%] | gain over the start [paired 95%] |")
     print("|---|---|---|---|---|")
-    print(live_row("start", start, sync, None))
-    save_live({"sync": sync, "start": start}, out / "live.json")
-    curves, finals = {}, {}
-    for latency_weight in args.lambdas:
-        label = f"λ={latency_weight:g}"
-        curves[label] = train(args, out / f"lambda-{latency_weight:g}", latency_weight, "none")
-        finals[label] = play(str(out / f"lambda-{latency_weight:g}"), timelines)
-        print(live_row(label, finals[label], sync, start))
-        save_live({"sync": sync, "start": start, **finals}, out / "live.json")
-    recipe = args.lambdas[0]
-    if args.draft == "none":
-        plot(curves, Path(args.figure))
-        return
-    label = f"λ={recipe:g} {args.draft}"
-    curves[label] = train(args, out / f"lambda-{recipe:g}-{args.draft}", recipe, args.draft)
-    finals[label] = play(str(out / f"lambda-{recipe:g}-{args.draft}"), timelines)
-    print(live_row(label, finals[label], sync, start))
-    save_live({"sync": sync, "start": start, **finals}, out / "live.json")
-
-    plain, drafted = curves[f"λ={recipe:g}"], curves[label]
-    print("\n| rollouts | rollout s/step | end-to-end s/step | reduction | acceptance | switched on at batch |")
-    print("|---|---|---|---|---|---|")
-    base_rollout = statistics.fmean(_per_step(plain, "rollout/seconds"))
-    for name, history in (("plain", plain), (args.draft, drafted)):
-        rollout = statistics.fmean(_per_step(history, "rollout/seconds"))
-        step = statistics.fmean(_per_step(history, "step_time")) if _per_step(history, "step_time") else float("nan")
-        acceptance = statistics.fmean(_per_step(history, "rollout/acceptance"))
-        switched = max(_per_step(history, "rollout/switched_on_batch"), default=0)
-        print(
-            f"| {name} | {rollout:.1f} | {step:.1f} | {1 - rollout / base_rollout:+.1%} | {acceptance:.3f} "
-            f"| {switched:g} |"
-        )
-    low, high = accuracy_delta_ci95(
-        [r.accurate for r in finals[label].results], [r.accurate for r in finals[f"λ={recipe:g}"].results]
-    )
-    print(f"final live accuracy with {args.draft} minus plain: paired 95% [{low:+.2f}, {high:+.2f}]")
+    print(live_row("start", live["start"], sync, None))
+    save_live(live, out / "live.json")
+    curves = {}
+    runs = [(f"λ={weight:g}", weight, "none") for weight in args.lambdas]
+    if args.draft != "none":  # the recipe's λ again, with speculation in the rollouts, on the same seeds
+        runs.append((f"λ={args.lambdas[0]:g} {args.draft}", args.lambdas[0], args.draft))
+    for label, latency_weight, draft in runs:
+        folder = out / (f"lambda-{latency_weight:g}" + ("" if draft == "none" else f"-{draft}"))
+        curves[label] = train(args, folder, latency_weight, draft)
+        live[label] = play(str(folder), timelines)
+        print(live_row(label, live[label], sync, live["start"]))
+        save_live(live, out / "live.json")
+    if args.draft != "none":
+        speculation_table(curves, live, runs[0][0], runs[-1][0], args.draft)
     plot(curves, Path(args.figure))
 
 

@@ -103,8 +103,8 @@ def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelCon
         # raw model): the result would load without the adapter's weights. GRPO merges and saves merged instead.
         raise ValueError(
             f"model_name_or_path {model_path}: a LoRA adapter (adapter_config.json), and SFT starts from a full model."
-            " Merge it first: AutoPeftModelForCausalLM.from_pretrained(path).merge_and_unload().save_pretrained(out),"
-            " and save its tokenizer beside it"
+            " Merge it first: clocktune.runtime.policy_factories.load_policy_model(path) loads it merged, with its"
+            " tokenizer; save both with save_pretrained and start from that folder"
         )
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     model_type = AutoConfig.from_pretrained(model_path, revision=model_args.model_revision).model_type
