@@ -9,7 +9,10 @@ per step, end-to-end seconds per step, the reduction, acceptance, and the final 
 paired interval or not. The learning curves (success and latency p50 of the rollouts per step) go to ``--figure``.
 
     .venv/bin/python scripts/bench_rl.py --checkpoint runs/demo/checkpoint --train-data runs/demo/data/train/data \
-        --eval-data runs/demo/data/eval/data --steps 20 [--lambdas 0.1 0] [--draft prompt_lookup] --out runs/bench-rl
+        --eval-data runs/demo/data/eval/data --steps 20 [--lambdas 0.1 0] [--draft prompt_lookup] --out runs/bench-rl \
+        [--learning_rate 3e-4 --live_eval_steps 10 ...]
+
+Arguments the benchmark does not know go to every GRPO run, after the recipe's and over them.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def train(args: argparse.Namespace, out: Path, latency_weight: float, draft: str
     """``--steps`` GRPO steps of the recipe from the checkpoint; returns the trainer's log history."""
     argv = ["--config", args.recipe, "--model_name_or_path", args.checkpoint, "--train_data", args.train_data]
     argv += ["--output_dir", str(out), "--latency_weight", str(latency_weight), "--max_steps", str(args.steps)]
-    argv += ["--rollout_draft", draft, "--save_strategy", "no"]
+    argv += ["--rollout_draft", draft, "--save_strategy", "no", *args.recipe_args]
     trainer = grpo.main(*grpo.make_parser().parse_args_and_config(args=argv), make_backend)
     history = trainer.state.log_history
     (out / "log_history.json").write_text(json.dumps(history, indent=1))
@@ -140,7 +143,8 @@ def main() -> None:
     )
     parser.add_argument("--out", default="runs/bench-rl")
     parser.add_argument("--figure", default="docs/figures/rl-curves.png")
-    args = parser.parse_args()
+    args, recipe_args = parser.parse_known_args()
+    args.recipe_args = recipe_args  # the rest overrides the recipe, e.g. --learning_rate 3e-4
 
     out = Path(args.out)
     timelines = load_timeline_files([args.eval_data])
