@@ -489,13 +489,33 @@ def test_clocktune_train_hands_the_config_and_every_override_to_the_recipe(monke
     assert seen == [argv]
 
 
-def test_sft_from_a_lora_adapter_folder_fails_naming_the_folder_before_loading(tmp_path, timelines):
-    # An adapter trained on top would name the adapter's base and load without the adapter's weights.
+def test_sft_from_a_lora_adapter_starts_from_its_weights_and_saves_a_full_model_that_loads_alone(tmp_path, timelines):
+    from clocktune.runtime.policy_factories import load_policy_model
+
+    lora = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "all-linear"]
+    model_dir = tiny_model_dir(tmp_path, "qwen2")
+    run(sft_args(model_dir, timelines, tmp_path / "first", *lora))  # an adapter, as the demo's checkpoint is
+    assert (tmp_path / "first" / "adapter_config.json").exists()
+    # At learning rate 0 the second training changes nothing: its output must be the first adapter merged, marker
+    # rows included (re-initialising them from their names, as for a raw base, would lose what they learned).
+    run(
+        sft_args(tmp_path / "first", timelines, tmp_path / "second", *lora, "--learning_rate", "0", "--max_steps", "1")
+    )
+    assert not (tmp_path / "second" / "adapter_config.json").exists()
+    start = load_policy_model(tmp_path / "first")[0].state_dict()
+    second = load_policy_model(tmp_path / "second")[0].state_dict()
+    raw = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+    assert start.keys() == second.keys()
+    for name, value in start.items():
+        torch.testing.assert_close(second[name], value, msg=name)
+    assert not torch.equal(
+        start["model.layers.0.self_attn.q_proj.weight"], raw["model.layers.0.self_attn.q_proj.weight"]
+    )
+
+
+def test_sft_from_a_lora_adapter_with_push_to_hub_fails_before_loading_naming_the_push_command(tmp_path, timelines):
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "base_model_name_or_path": "x"}')
-    from clocktune.train.sft import load_model_and_tokenizer
-
-    _, training_args, model_args = make_parser().parse_args_and_config(args=sft_args(adapter, timelines, tmp_path))
-    with pytest.raises(ValueError, match=f"{adapter}: a LoRA adapter"):
-        load_model_and_tokenizer(training_args, model_args)
+    with pytest.raises(ValueError, match=f"{adapter} is a LoRA adapter.*clocktune push --checkpoint"):
+        run(sft_args(adapter, timelines, tmp_path / "out", "--push_to_hub", "true", "--hub_model_id", "me/x"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,7 +139,7 @@ def extend_tokenizer(tokenizer: Any, codec: TimeCodec | str, model_format: Model
     return tokenizer.convert_tokens_to_ids(tokens)
 
 
-def init_marker_embeddings(model: Any, tokenizer: Any) -> int:
+def init_marker_embeddings(model: Any, tokenizer: Any, keep: Collection[str] = ()) -> int:
     """Initialises the embeddings of the action markers from the words they are named by.
 
     Each marker's row becomes the mean of the rows of its name's tokens (``<|commit|>`` from `` commit``), in the
@@ -150,13 +151,15 @@ def init_marker_embeddings(model: Any, tokenizer: Any) -> int:
     Args:
         model: A causal LM already resized to ``len(tokenizer)``.
         tokenizer: The tokenizer extended by :func:`extend_tokenizer`.
+        keep: Markers whose rows are left as they are: those the model already had (a clocktune checkpoint trained
+            them; re-initialising would throw that away).
 
     Returns:
         The number of rows initialised.
     """
     import torch
 
-    words = load_encoding(tokenizer).marker_words()
+    words = {marker: word for marker, word in load_encoding(tokenizer).marker_words().items() if marker not in keep}
     token_ids = tokenizer.convert_tokens_to_ids(list(words))
     word_ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in words.values()]
     input_rows = model.get_input_embeddings().weight

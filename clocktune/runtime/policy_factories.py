@@ -41,11 +41,28 @@ def is_checkpoint(model: str) -> bool:
     return model not in SCRIPTED_MODELS and not model.startswith(OPENAI_PREFIX)
 
 
-def load_policy_model(path: str | os.PathLike) -> tuple[Any, Any]:
+def model_load_kwargs(model_args: Any) -> dict[str, Any]:
+    """The loading settings a recipe's ``ModelConfig`` names (``dtype``, ``attn_implementation``), those it sets.
+
+    Args:
+        model_args: TRL's ``ModelConfig`` (or anything with those attributes).
+
+    Returns:
+        Keyword arguments for :func:`load_policy_model`.
+    """
+    settings = {"dtype": model_args.dtype, "attn_implementation": model_args.attn_implementation}
+    return {name: value for name, value in settings.items() if value is not None}
+
+
+def load_policy_model(
+    path: str | os.PathLike, dtype: Any = None, attn_implementation: str | None = None
+) -> tuple[Any, Any]:
     """Loads a trained checkpoint for inference: a full model, or a LoRA adapter merged into its base.
 
     Args:
         path: A folder written by training (``clocktune train``), or a Hub repo id (downloaded first).
+        dtype: The weights' dtype (a ``torch.dtype``, its name, or ``"auto"``); transformers' default when ``None``.
+        attn_implementation: ``"sdpa"``, ``"eager"``, ``"flex_attention"``...; transformers' default when ``None``.
 
     Returns:
         ``(model, tokenizer)``, the model in eval mode.
@@ -67,12 +84,14 @@ def load_policy_model(path: str | os.PathLike) -> tuple[Any, Any]:
                 f"model {path}: not a folder, and not downloadable from the Hub ({error})"
             ) from error
     tokenizer = AutoTokenizer.from_pretrained(folder)
+    settings = {"dtype": dtype, "attn_implementation": attn_implementation}
+    settings = {name: value for name, value in settings.items() if value is not None}
     if (folder / "adapter_config.json").exists():
         from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(folder).merge_and_unload()
+        model = AutoPeftModelForCausalLM.from_pretrained(folder, **settings).merge_and_unload()
     else:
-        model = AutoModelForCausalLM.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, **settings)
     return model.eval(), tokenizer
 
 

@@ -32,7 +32,6 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -412,7 +411,7 @@ def build_trainer(
     from trl import get_peft_config
 
     from clocktune.rendered_dataset import load_timeline_files
-    from clocktune.runtime.policy_factories import load_policy_model
+    from clocktune.runtime.policy_factories import load_policy_model, model_load_kwargs
 
     if not data_args.train_data:
         raise ValueError("train_data is empty: pass the timelines whose tasks the rollouts play")
@@ -422,7 +421,7 @@ def build_trainer(
         from clocktune.train.live_eval import load_live_eval_inputs
 
         live_eval = load_live_eval_inputs(training_args)  # before the model loads: a bad path fails in seconds
-    model, tokenizer = load_policy_model(model_args.model_name_or_path)
+    model, tokenizer = load_policy_model(model_args.model_name_or_path, **model_load_kwargs(model_args))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token  # TRL pads the prompts and completions of a batch
     model.train()
@@ -472,6 +471,9 @@ def main(
     """
     from transformers.trainer_utils import get_last_checkpoint
 
+    from clocktune.runtime.policy_factories import model_load_kwargs
+    from clocktune.train.policy_save import save_policy
+
     trainer = build_trainer(data_args, training_args, model_args, backends, callbacks)
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint is None and os.path.isdir(training_args.output_dir):
@@ -479,36 +481,9 @@ def main(
     if checkpoint is not None:
         trainer.accelerator.print(f"Resuming from {checkpoint}")
     trainer.train(resume_from_checkpoint=checkpoint)
-    save_policy(trainer, model_args.model_name_or_path, training_args.output_dir)
+    # Merged onto the start: the fresh LoRA saved alone would name the raw base (clocktune.train.policy_save).
+    save_policy(trainer, training_args.output_dir, model_args.model_name_or_path, **model_load_kwargs(model_args))
     return trainer
-
-
-def save_policy(trainer: ClockGRPOTrainer, start: str, output_dir: str) -> None:
-    """Saves the trained policy to ``output_dir`` as a full model that loads alone.
-
-    The starting checkpoint is often itself an adapter, merged into its base when loaded: an adapter saved as is
-    would name that base (the raw model) and load without the SFT weights. So the trainer saves the adapter (its
-    ``save_model`` gathers the weights when FSDP2 or ZeRO-3 shards them), and the main process loads it onto the
-    starting checkpoint, merges, and replaces the adapter's files by the merged model's.
-
-    Args:
-        trainer: The trainer after training.
-        start: The checkpoint training started from (``model_name_or_path``).
-        output_dir: Where the policy goes.
-    """
-    from clocktune.runtime.policy_factories import load_policy_model
-
-    trainer.save_model(output_dir)
-    adapter = Path(output_dir, "adapter_config.json")
-    if trainer.accelerator.is_main_process and adapter.exists():
-        from peft import PeftModel
-
-        base, _ = load_policy_model(start)
-        merged = PeftModel.from_pretrained(base, output_dir).merge_and_unload()
-        for stale in (adapter, Path(output_dir, "adapter_model.safetensors")):
-            stale.unlink(missing_ok=True)
-        merged.save_pretrained(output_dir)
-    trainer.accelerator.wait_for_everyone()
 
 
 def make_parser() -> Any:

@@ -80,8 +80,16 @@ def infer_model_format(model_type: str, tokenizer) -> str:
     raise ValueError(f"cannot infer model_format for model type {model_type!r}; set model_format in the config")
 
 
+def is_adapter(model_path: str) -> bool:
+    """Whether ``model_path`` is a folder holding a LoRA adapter (``adapter_config.json``), not a full model."""
+    return Path(model_path, "adapter_config.json").exists()
+
+
 def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelConfig):
     """Loads the base model and its tokenizer, extended with action markers and clock tokens.
+
+    A LoRA adapter folder (a clocktune checkpoint such as the demo's) is loaded merged into its base. Markers the
+    tokenizer already had keep the model's rows for them; new ones are initialised from their names.
 
     Args:
         training_args: Supplies the time codec and model format.
@@ -93,35 +101,36 @@ def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelCon
         from the old embeddings' mean and covariance (seeded with ``training_args.seed``).
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from clocktune.encoding import extend_tokenizer, get_codec, init_marker_embeddings
 
     model_path = resolve_model_path(model_args.model_name_or_path)
-    if Path(model_path, "adapter_config.json").exists():
-        # transformers would load the adapter unmerged, and what training saves would name the adapter's base (the
-        # raw model): the result would load without the adapter's weights. GRPO merges and saves merged instead.
-        raise ValueError(
-            f"model_name_or_path {model_path}: a LoRA adapter (adapter_config.json), and SFT starts from a full model."
-            " Merge it first: clocktune.runtime.policy_factories.load_policy_model(path) loads it merged, with its"
-            " tokenizer; save both with save_pretrained and start from that folder"
+    if is_adapter(model_path):
+        from clocktune.runtime.policy_factories import load_policy_model
+
+        # Merged into its base: the LoRA trained on top then starts from the adapter's weights, and the final save
+        # merges onto this checkpoint again (clocktune.train.policy_save).
+        model, tokenizer = load_policy_model(
+            model_path, dtype=model_args.dtype or "auto", attn_implementation=model_args.attn_implementation
         )
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-    model_type = AutoConfig.from_pretrained(model_path, revision=model_args.model_revision).model_type
-    model_format = training_args.model_format or infer_model_format(model_type, tokenizer)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path,
+            revision=model_args.model_revision,
+            dtype=model_args.dtype or "auto",
+            attn_implementation=model_args.attn_implementation,
+        )
+    model_format = training_args.model_format or infer_model_format(model.config.model_type, tokenizer)
     codec = get_codec(training_args.time_codec, **(training_args.time_codec_kwargs or {}))
+    trained = set(tokenizer.get_added_vocab())  # a clocktune checkpoint's markers: their rows are trained
     new_token_ids = extend_tokenizer(tokenizer, codec, model_format)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
-        model_path,
-        revision=model_args.model_revision,
-        dtype=model_args.dtype or "auto",
-        attn_implementation=model_args.attn_implementation,
-    )
     torch.manual_seed(training_args.seed)
     model.resize_token_embeddings(len(tokenizer))
-    init_marker_embeddings(model, tokenizer)
+    init_marker_embeddings(model, tokenizer, keep=trained)
     return model, tokenizer, model_format, new_token_ids
 
 
@@ -165,11 +174,24 @@ def main(
     from transformers.trainer_utils import get_last_checkpoint
 
     from clocktune.rendered_dataset import load_timeline_files, render_timelines
+    from clocktune.runtime.policy_factories import model_load_kwargs
     from clocktune.train.on_policy import last_finished_round, prepare_on_policy, train_from, train_rounds
+    from clocktune.train.policy_save import save_policy
     from clocktune.train.trainer import ClockSFTTrainer
 
     if not data_args.train_data:
         raise ValueError("train_data is empty: pass timeline files or folders")
+    start = resolve_model_path(model_args.model_name_or_path)
+    merge_onto = start if is_adapter(start) else None
+    if merge_onto is not None and (training_args.on_policy_rounds > 0 or training_args.push_to_hub):
+        # Both save adapters that would name the raw base: the rounds' folders (which a restarted run resumes from
+        # as adapters) and Trainer.push_to_hub (which saves again before it uploads).
+        raise ValueError(
+            f"model_name_or_path {start} is a LoRA adapter: SFT from it saves the policy merged, which on-policy "
+            "rounds and push_to_hub do not support. Train without them, then push the output with "
+            "`clocktune push --checkpoint OUTPUT_DIR --repo-id ID`, or start from a merged copy of the adapter "
+            "(clocktune.runtime.policy_factories.load_policy_model, then save_pretrained)"
+        )
     live_eval = None
     if training_args.live_eval_steps > 0:
         from clocktune.train.live_eval import load_live_eval_inputs
@@ -260,7 +282,7 @@ def main(
         )
         trainer = rounds.trainer
         facts = {"max_steps": rounds.global_step, "on_policy_rounds": rounds.rounds}
-    trainer.save_model(training_args.output_dir)
+    save_policy(trainer, training_args.output_dir, merge_onto, **model_load_kwargs(model_args))
     if trainer.accelerator.is_main_process:
         from clocktune.train.record import write_training_record
 

@@ -1,0 +1,43 @@
+"""Saving a trained policy so that it loads alone, when training started from a LoRA adapter.
+
+A clocktune checkpoint is often a LoRA adapter (the demo's SFT saves one). Training that starts from it loads it
+merged into its base (:func:`clocktune.runtime.policy_factories.load_policy_model`) and puts a fresh LoRA on top. That
+fresh adapter, saved as it is, would name the merged model's own origin, the raw base, as its base: loaded, it would
+lack the first adapter's weights without any error. So the final save merges the fresh adapter onto the starting
+checkpoint and saves a full model instead. GRPO always does; SFT does when it started from an adapter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def save_policy(trainer: Any, output_dir: str, merge_onto: str | None, **load_kwargs: Any) -> None:
+    """Saves the trained policy to ``output_dir``; merged, as a full model, when ``merge_onto`` is given.
+
+    The trainer saves first (its ``save_model`` gathers the weights when FSDP2 or ZeRO-3 shards them). If that wrote
+    an adapter and ``merge_onto`` names the checkpoint training started from, the main process loads the adapter
+    onto that checkpoint, merges, and replaces the adapter's files by the merged model's. Every process waits for it.
+
+    Args:
+        trainer: A ``transformers.Trainer`` (SFT's or GRPO's) after training.
+        output_dir: Where the policy goes.
+        merge_onto: The checkpoint training started from (``model_name_or_path``), or ``None`` to keep an adapter
+            as the trainer saved it.
+        load_kwargs: Passed to :func:`~clocktune.runtime.policy_factories.load_policy_model` when loading
+            ``merge_onto`` (``dtype``, ``attn_implementation``), so that the merged model keeps the training's dtype.
+    """
+    from clocktune.runtime.policy_factories import load_policy_model
+
+    trainer.save_model(output_dir)
+    adapter = Path(output_dir, "adapter_config.json")
+    if merge_onto is not None and trainer.accelerator.is_main_process and adapter.exists():
+        from peft import PeftModel
+
+        base, _ = load_policy_model(merge_onto, **load_kwargs)
+        merged = PeftModel.from_pretrained(base, output_dir).merge_and_unload()
+        for stale in (adapter, Path(output_dir, "adapter_model.safetensors")):
+            stale.unlink(missing_ok=True)
+        merged.save_pretrained(output_dir)
+    trainer.accelerator.wait_for_everyone()
