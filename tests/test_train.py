@@ -511,6 +511,13 @@ def test_sft_from_a_lora_adapter_starts_from_its_weights_and_saves_a_full_model_
     assert not torch.equal(
         start["model.layers.0.self_attn.q_proj.weight"], raw["model.layers.0.self_attn.q_proj.weight"]
     )
+    # Trained for real, the saved model is the trained one: LoRA and token rows merged as they were in memory.
+    trainer = run(sft_args(tmp_path / "first", timelines, tmp_path / "third", *lora, "--max_steps", "2"))
+    trained = trainer.model.merge_and_unload().state_dict()
+    third = load_policy_model(tmp_path / "third")[0].state_dict()
+    for name, value in third.items():
+        torch.testing.assert_close(value, trained[name], msg=name)
+    assert not torch.equal(third["model.embed_tokens.weight"], start["model.embed_tokens.weight"])
 
 
 def test_sft_from_a_lora_adapter_with_push_to_hub_fails_before_loading_naming_the_push_command(tmp_path, timelines):
