@@ -526,3 +526,14 @@ def test_sft_from_a_lora_adapter_with_push_to_hub_fails_before_loading_naming_th
     (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "base_model_name_or_path": "x"}')
     with pytest.raises(ValueError, match=f"{adapter} is a LoRA adapter.*clocktune push --checkpoint"):
         run(sft_args(adapter, timelines, tmp_path / "out", "--push_to_hub", "true", "--hub_model_id", "me/x"))
+
+
+def test_a_checkpoint_loads_in_the_dtype_and_attention_the_recipe_names(tmp_path):
+    from clocktune.runtime.policy_factories import load_policy_model
+
+    model_dir = tiny_model_dir(tmp_path, "llama")
+    model, _ = load_policy_model(model_dir, dtype="bfloat16", attn_implementation="eager")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert model.config._attn_implementation == "eager"
+    model, _ = load_policy_model(model_dir, dtype="float32", attn_implementation=None)
+    assert next(model.parameters()).dtype == torch.float32

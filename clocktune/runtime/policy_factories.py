@@ -42,7 +42,7 @@ def is_checkpoint(model: str) -> bool:
 
 
 def model_load_kwargs(model_args: Any) -> dict[str, Any]:
-    """The loading settings a recipe's ``ModelConfig`` names (``dtype``, ``attn_implementation``), those it sets.
+    """The loading settings a recipe's ``ModelConfig`` names (``dtype``, ``attn_implementation``).
 
     Args:
         model_args: TRL's ``ModelConfig`` (or anything with those attributes).
@@ -50,8 +50,7 @@ def model_load_kwargs(model_args: Any) -> dict[str, Any]:
     Returns:
         Keyword arguments for :func:`load_policy_model`.
     """
-    settings = {"dtype": model_args.dtype, "attn_implementation": model_args.attn_implementation}
-    return {name: value for name, value in settings.items() if value is not None}
+    return {"dtype": model_args.dtype, "attn_implementation": model_args.attn_implementation}
 
 
 def load_policy_model(
