@@ -116,7 +116,8 @@ def speculation_table(
     base_rollout = statistics.fmean(_per_step(curves[plain], "rollout/seconds"))
     for name, history in (("plain", curves[plain]), (draft, curves[drafted])):
         rollout = statistics.fmean(_per_step(history, "rollout/seconds"))
-        step = statistics.fmean(_per_step(history, "step_time")) if _per_step(history, "step_time") else float("nan")
+        step_times = _per_step(history, "step_time")
+        step = statistics.fmean(step_times) if step_times else float("nan")
         acceptance = statistics.fmean(_per_step(history, "rollout/acceptance"))
         switched = max(_per_step(history, "rollout/switched_on_batch"), default=0)
         print(

@@ -41,6 +41,11 @@ def is_checkpoint(model: str) -> bool:
     return model not in SCRIPTED_MODELS and not model.startswith(OPENAI_PREFIX)
 
 
+def is_adapter(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds a LoRA adapter (``adapter_config.json``) rather than a full model."""
+    return Path(folder, "adapter_config.json").exists()
+
+
 def model_load_kwargs(model_args: Any) -> dict[str, Any]:
     """The loading settings a recipe's ``ModelConfig`` names (``dtype``, ``attn_implementation``).
 
@@ -85,7 +90,7 @@ def load_policy_model(
     tokenizer = AutoTokenizer.from_pretrained(folder)
     settings = {"dtype": dtype, "attn_implementation": attn_implementation}
     settings = {name: value for name, value in settings.items() if value is not None}
-    if (folder / "adapter_config.json").exists():
+    if is_adapter(folder):
         from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(folder, **settings).merge_and_unload()

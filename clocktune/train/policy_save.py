@@ -28,16 +28,15 @@ def save_policy(trainer: Any, output_dir: str, merge_onto: str | None, **load_kw
         load_kwargs: Passed to :func:`~clocktune.runtime.policy_factories.load_policy_model` when loading
             ``merge_onto`` (``dtype``, ``attn_implementation``), so that the merged model keeps the training's dtype.
     """
-    from clocktune.runtime.policy_factories import load_policy_model
+    from clocktune.runtime.policy_factories import is_adapter, load_policy_model
 
     trainer.save_model(output_dir)
-    adapter = Path(output_dir, "adapter_config.json")
-    if merge_onto is not None and trainer.accelerator.is_main_process and adapter.exists():
+    if merge_onto is not None and trainer.accelerator.is_main_process and is_adapter(output_dir):
         from peft import PeftModel
 
         base, _ = load_policy_model(merge_onto, **load_kwargs)
         merged = PeftModel.from_pretrained(base, output_dir).merge_and_unload()
-        for stale in (adapter, Path(output_dir, "adapter_model.safetensors")):
+        for stale in (Path(output_dir, "adapter_config.json"), Path(output_dir, "adapter_model.safetensors")):
             stale.unlink(missing_ok=True)
         merged.save_pretrained(output_dir)
     trainer.accelerator.wait_for_everyone()

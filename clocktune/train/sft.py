@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trl import ModelConfig, TrlParser, get_peft_config
@@ -80,11 +79,6 @@ def infer_model_format(model_type: str, tokenizer) -> str:
     raise ValueError(f"cannot infer model_format for model type {model_type!r}; set model_format in the config")
 
 
-def is_adapter(model_path: str) -> bool:
-    """Whether ``model_path`` is a folder holding a LoRA adapter (``adapter_config.json``), not a full model."""
-    return Path(model_path, "adapter_config.json").exists()
-
-
 def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelConfig):
     """Loads the base model and its tokenizer, extended with action markers and clock tokens.
 
@@ -104,16 +98,13 @@ def load_model_and_tokenizer(training_args: ClockSFTConfig, model_args: ModelCon
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from clocktune.encoding import extend_tokenizer, get_codec, init_marker_embeddings
+    from clocktune.runtime.policy_factories import is_adapter, load_policy_model, model_load_kwargs
 
     model_path = resolve_model_path(model_args.model_name_or_path)
     if is_adapter(model_path):
-        from clocktune.runtime.policy_factories import load_policy_model
-
         # Merged into its base: the LoRA trained on top then starts from the adapter's weights, and the final save
-        # merges onto this checkpoint again (clocktune.train.policy_save).
-        model, tokenizer = load_policy_model(
-            model_path, dtype=model_args.dtype or "auto", attn_implementation=model_args.attn_implementation
-        )
+        # merges onto this checkpoint again, loaded the same way (clocktune.train.policy_save).
+        model, tokenizer = load_policy_model(model_path, **model_load_kwargs(model_args))
     else:
         tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
         model = AutoModelForCausalLM.from_pretrained(
@@ -174,7 +165,7 @@ def main(
     from transformers.trainer_utils import get_last_checkpoint
 
     from clocktune.rendered_dataset import load_timeline_files, render_timelines
-    from clocktune.runtime.policy_factories import model_load_kwargs
+    from clocktune.runtime.policy_factories import is_adapter, model_load_kwargs
     from clocktune.train.on_policy import last_finished_round, prepare_on_policy, train_from, train_rounds
     from clocktune.train.policy_save import save_policy
     from clocktune.train.trainer import ClockSFTTrainer
