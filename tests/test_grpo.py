@@ -209,3 +209,9 @@ def test_advantages_are_not_divided_by_the_groups_spread_unless_the_config_asks(
     # With group scaling, a task whose rollouts all failed gets advantages of full size from latency alone.
     assert ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True).scale_rewards == "none"
     assert ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True, scale_rewards="group").scale_rewards == "group"
+
+
+def test_push_to_hub_is_refused_at_parse_time_naming_the_push_command(tmp_path, checkpoint):
+    # The Trainer would push adapters that name a base they were not trained on; the merged output is what to push.
+    with pytest.raises(ValueError, match="push_to_hub: GRPO saves its policy merged.*clocktune push --checkpoint"):
+        _args(tmp_path, checkpoint, tmp_path / "tasks.jsonl", "--push_to_hub", "true", "--hub_model_id", "me/x")

@@ -57,6 +57,9 @@ class ClockGRPOConfig(GRPOConfig):
             all succeed or all fail, that spread is the latency term's alone, and dividing by it gave a few hundredths
             of a second the weight of success (16 steps at λ = 0.1: live accuracy 0.60 → 0.48 with it, 0.62 without;
             BENCHMARKS.md).
+        push_to_hub (`bool`):
+            Refused: GRPO saves its policy merged onto the checkpoint it started from, and the Trainer would push the
+            LoRA adapters of its checkpoints instead. Push the output with ``clocktune push``.
     """
 
     scale_rewards: str = field(
@@ -84,6 +87,14 @@ class ClockGRPOConfig(GRPOConfig):
     live_eval_call_bias: float = field(default=0.0, metadata={"help": "Call bias of live evaluation."})
 
     def __post_init__(self) -> None:
+        if self.push_to_hub:
+            # The fresh LoRA sits on the merged start, so an adapter the Trainer pushes names a base (the start's own
+            # base, or a local folder) it was not trained on: loaded from the Hub it would silently lack the start.
+            raise ValueError(
+                "push_to_hub: GRPO saves its policy merged onto the checkpoint it started from, but the Trainer "
+                "would push its checkpoints' LoRA adapters, which do not load alone. Train without push_to_hub, then "
+                "push the output with `clocktune push --checkpoint OUTPUT_DIR --repo-id ID`"
+            )
         if self.reward_weights is None:
             self.reward_weights = [1.0, -self.latency_weight, -self.violation_penalty, -self.notice_penalty]
         if isinstance(self.live_eval_data, str):
