@@ -8,7 +8,9 @@ each run's session logs are compared with batch 1's, and a session that differs 
 
 Part 2 times single-token forwards of the engine at batch 1 over contexts of several lengths, against the memory
 bound: the bytes a decode step must read (the weights once, plus the context's keys and values) over this machine's
-measured copy bandwidth (a 256 MiB tensor copied, read and write counted).
+measured copy bandwidth (a 256 MiB tensor copied, read and write counted). Then where one step at the first context
+goes: a profile of the step by operator, this machine's read bandwidth (a 512 MiB tensor summed), and the model's own
+linear layers applied to one row each as the step applies them, at 2 threads and at 1.
 
 Part 3 times the model's largest linear layer on M rows at once against M times one row: the most a packed forward
 of M decode steps can gain on this machine, since the linear layers are nearly all of a decode step's work.
@@ -113,6 +115,77 @@ def decode_floor(model, contexts: list[int], steps: int = 16) -> None:
         )
 
 
+def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """Bytes per second of summing a large tensor (reads only), median of ``repeats``: what a decode step's weight reads
+    can reach, where a copy's figure also counts its writes."""
+    source = torch.ones(megabytes * 2**20 // 4)
+    source.sum()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        source.sum()
+        times.append(time.perf_counter() - started)
+    return source.numel() * 4 / statistics.median(times)
+
+
+def decode_breakdown(model, context: int, steps: int = 8) -> None:
+    """Part 2, continued: where one batch-1 decode step at ``context`` tokens goes (operators by self time), and how
+    fast the model's linear layers read their weights at one row, at the torch threads set and at one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    engine = Engine(model)
+    session = engine.open(tuple(range(context)))
+    until = [math.inf] * (context + 2)
+
+    def step() -> None:
+        engine.forward([(session, Forward([7], [0.0], until))])
+        session.crop(context)
+
+    for _ in range(2):
+        step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        started = time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall = (time.perf_counter() - started) / steps * 1e3
+    events = prof.key_averages()
+    per_step = lambda keep: sum(e.self_cpu_time_total for e in events if keep(e.key)) / steps / 1e3  # noqa: E731
+    matmul = per_step(lambda key: key in ("aten::mm", "aten::addmm", "aten::bmm"))
+    attention = per_step(lambda key: "scaled_dot_product" in key)
+    operators = per_step(lambda key: True)
+    print(f"\none decode step at {context} tokens under the profiler, ms ({steps} steps):")
+    print("| step (wall) | matrix products | attention | other operators | outside operators (Python) |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| {wall:.1f} | {matmul:.1f} | {attention:.1f} | {operators - matmul - attention:.1f} "
+        f"| {max(wall - operators, 0.0):.1f} |"
+    )
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    weights = [m.weight.detach() for m in linears]
+    total_bytes = sum(w.numel() * w.element_size() for w in weights)
+    rows = {w.shape[1]: torch.randn(1, w.shape[1], dtype=w.dtype) for w in weights}
+    threads = torch.get_num_threads()
+    print(
+        f"\nthe model's {len(linears)} linear layers at one row ({total_bytes / 1e6:.0f} MB; read bandwidth "
+        f"{read_bandwidth() / 1e9:.1f} GB/s):"
+    )
+    print("| threads | ms for all | GB/s |")
+    print("|---|---|---|")
+    for count in sorted({threads, 1}, reverse=True):
+        torch.set_num_threads(count)
+        run = lambda: [torch.nn.functional.linear(rows[w.shape[1]], w) for w in weights]  # noqa: E731
+        run()
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - started)
+        took = statistics.median(times)
+        print(f"| {count} | {took * 1e3:.1f} | {total_bytes / took / 1e9:.1f} |")
+    torch.set_num_threads(threads)
+
+
 def matmul_ceiling(model, rows: list[int], repeats: int = 50) -> None:
     """Part 3: what batching can gain in the linear layers, which hold nearly all of a decode step's work: the
     decoder's largest projection (not the output head, whose rows are only the ones kept) applied to ``M`` rows at
@@ -158,6 +231,7 @@ def main() -> None:
         play_batches(model, tokenizer, timelines, args.batch_sizes, args.call_bias)
     if args.contexts:
         decode_floor(model, args.contexts)
+        decode_breakdown(model, args.contexts[0])
     if args.rows:
         matmul_ceiling(model, args.rows)
 
