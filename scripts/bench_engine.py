@@ -70,17 +70,22 @@ def play_batches(model, tokenizer, timelines, batch_sizes: list[int], call_bias:
         print(f"  speedup over the first row: {first_seconds / seconds:.2f}x")
 
 
+def median_seconds(run, repeats: int = 5) -> float:
+    """Median wall seconds of ``repeats`` calls of ``run``, after one call that warms caches and allocations."""
+    run()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
     """Bytes per second of a large tensor copy (read and write counted), median of ``repeats``."""
     source = torch.ones(megabytes * 2**20 // 4)
     target = torch.empty_like(source)
-    target.copy_(source)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        target.copy_(source)
-        times.append(time.perf_counter() - started)
-    return 2 * source.numel() * 4 / statistics.median(times)
+    return 2 * source.numel() * 4 / median_seconds(lambda: target.copy_(source), repeats)
 
 
 def decode_floor(model, contexts: list[int], steps: int = 16) -> None:
@@ -119,13 +124,7 @@ def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
     """Bytes per second of summing a large tensor (reads only), median of ``repeats``: what a decode step's weight reads
     can reach, where a copy's figure also counts its writes."""
     source = torch.ones(megabytes * 2**20 // 4)
-    source.sum()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        source.sum()
-        times.append(time.perf_counter() - started)
-    return source.numel() * 4 / statistics.median(times)
+    return source.numel() * 4 / median_seconds(source.sum, repeats)
 
 
 def decode_breakdown(model, context: int, steps: int = 8) -> None:
@@ -149,7 +148,10 @@ def decode_breakdown(model, context: int, steps: int = 8) -> None:
             step()
         wall = (time.perf_counter() - started) / steps * 1e3
     events = prof.key_averages()
-    per_step = lambda keep: sum(e.self_cpu_time_total for e in events if keep(e.key)) / steps / 1e3  # noqa: E731
+
+    def per_step(keep) -> float:  # ms a step of the operators whose name ``keep`` accepts
+        return sum(event.self_cpu_time_total for event in events if keep(event.key)) / steps / 1e3
+
     matmul = per_step(lambda key: key in ("aten::mm", "aten::addmm", "aten::bmm"))
     attention = per_step(lambda key: "scaled_dot_product" in key)
     operators = per_step(lambda key: True)
@@ -172,16 +174,14 @@ def decode_breakdown(model, context: int, steps: int = 8) -> None:
     )
     print("| threads | ms for all | GB/s |")
     print("|---|---|---|")
+
+    def products() -> None:
+        for weight in weights:
+            torch.nn.functional.linear(rows[weight.shape[1]], weight)
+
     for count in sorted({threads, 1}, reverse=True):
         torch.set_num_threads(count)
-        run = lambda: [torch.nn.functional.linear(rows[w.shape[1]], w) for w in weights]  # noqa: E731
-        run()
-        times = []
-        for _ in range(5):
-            started = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - started)
-        took = statistics.median(times)
+        took = median_seconds(products)
         print(f"| {count} | {took * 1e3:.1f} | {total_bytes / took / 1e9:.1f} |")
     torch.set_num_threads(threads)
 
