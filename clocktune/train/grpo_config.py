@@ -60,6 +60,11 @@ class ClockGRPOConfig(GRPOConfig):
         push_to_hub (`bool`):
             Refused: GRPO saves its policy merged onto the checkpoint it started from, and the Trainer would push the
             LoRA adapters of its checkpoints instead. Push the output with ``clocktune push``.
+        mask_truncated_completions (`bool`):
+            Refused: a rollout's completion is its session's rendering, which ends where the session ended, not at an
+            EOS token, so TRL takes rollouts for truncated (all of them in the 176 steps logged by ``bench_rl.py``)
+            and would mask them out of the loss. For the same reason TRL's ``completions/clipped_ratio`` reads 1 and
+            means nothing here.
     """
 
     scale_rewards: str = field(
@@ -94,6 +99,12 @@ class ClockGRPOConfig(GRPOConfig):
                 "push_to_hub: GRPO saves its policy merged onto the checkpoint it started from, but the Trainer "
                 "would push its checkpoints' LoRA adapters, which do not load alone. Train without push_to_hub, then "
                 "push the output with `clocktune push --checkpoint OUTPUT_DIR --repo-id ID`"
+            )
+        if self.mask_truncated_completions:
+            raise ValueError(
+                "mask_truncated_completions: a rollout's completion ends where its session ended, not at an EOS token, "
+                "so TRL takes rollouts for truncated (every one, in every run measured) and would mask them out of "
+                "the loss. Leave it off"
             )
         if self.reward_weights is None:
             self.reward_weights = [1.0, -self.latency_weight, -self.violation_penalty, -self.notice_penalty]
