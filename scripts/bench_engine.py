@@ -70,9 +70,10 @@ def play_batches(model, tokenizer, timelines, batch_sizes: list[int], call_bias:
         print(f"  speedup over the first row: {first_seconds / seconds:.2f}x")
 
 
-def median_seconds(run, repeats: int = 5) -> float:
-    """Median wall seconds of ``repeats`` calls of ``run``, after one call that warms caches and allocations."""
-    run()
+def median_seconds(run, repeats: int = 5, warmup: int = 1) -> float:
+    """Median wall seconds of ``repeats`` calls of ``run``, after ``warmup`` calls that warm caches and allocations."""
+    for _ in range(warmup):
+        run()
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -86,6 +87,20 @@ def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
     source = torch.ones(megabytes * 2**20 // 4)
     target = torch.empty_like(source)
     return 2 * source.numel() * 4 / median_seconds(lambda: target.copy_(source), repeats)
+
+
+def decode_step(model, ids: list[int]):
+    """One batch-1 decode step of the engine over a session whose context is ``ids``, as a function: it feeds one
+    token and crops it off again, so that every call decodes over the same context."""
+    engine = Engine(model)
+    session = engine.open(tuple(ids))  # the context, fed as one prompt
+    until = [math.inf] * (len(ids) + 1)
+
+    def step() -> None:
+        engine.forward([(session, Forward([7], [0.0], until))])
+        session.crop(len(ids))
+
+    return step
 
 
 def decode_floor(model, contexts: list[int], steps: int = 16) -> None:
@@ -102,17 +117,8 @@ def decode_floor(model, contexts: list[int], steps: int = 16) -> None:
     vocab = model.get_input_embeddings().num_embeddings
     generator = torch.Generator().manual_seed(0)
     for context in contexts:
-        engine = Engine(model)
         ids = torch.randint(vocab, (context,), generator=generator).tolist()
-        session = engine.open(tuple(ids))  # the context, fed as one prompt
-        until = [math.inf] * (context + steps + 1)
-        times = []
-        for _ in range(steps + 2):
-            started = time.perf_counter()
-            engine.forward([(session, Forward([7], [0.0], until))])
-            times.append(time.perf_counter() - started)
-            session.crop(context)
-        step = statistics.median(times[2:])
+        step = median_seconds(decode_step(model, ids), steps, warmup=2)
         read = weights + kv_per_token * context
         bound = read / bandwidth
         print(
@@ -132,14 +138,7 @@ def decode_breakdown(model, context: int, steps: int = 8) -> None:
     fast the model's linear layers read their weights at one row, at the torch threads set and at one."""
     from torch.profiler import ProfilerActivity, profile
 
-    engine = Engine(model)
-    session = engine.open(tuple(range(context)))
-    until = [math.inf] * (context + 2)
-
-    def step() -> None:
-        engine.forward([(session, Forward([7], [0.0], until))])
-        session.crop(context)
-
+    step = decode_step(model, list(range(context)))
     for _ in range(2):
         step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -211,13 +211,15 @@ def test_advantages_are_not_divided_by_the_groups_spread_unless_the_config_asks(
     assert ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True, scale_rewards="group").scale_rewards == "group"
 
 
-def test_push_to_hub_is_refused_at_parse_time_naming_the_push_command(tmp_path, checkpoint):
+def test_push_to_hub_is_refused_at_parse_time_naming_the_push_command(tmp_path):
     # The Trainer would push adapters that name a base they were not trained on; the merged output is what to push.
+    # Refused when parsed, so nothing is loaded: the checkpoint need not exist.
     with pytest.raises(ValueError, match="push_to_hub: GRPO saves its policy merged.*clocktune push --checkpoint"):
-        _args(tmp_path, checkpoint, tmp_path / "tasks.jsonl", "--push_to_hub", "true", "--hub_model_id", "me/x")
+        push = ["--push_to_hub", "true", "--hub_model_id", "me/x"]
+        _args(tmp_path, tmp_path / "checkpoint", tmp_path / "tasks.jsonl", *push)
 
 
-def test_masking_truncated_completions_is_refused_since_no_rollout_ends_at_an_eos_token(tmp_path, checkpoint):
+def test_masking_truncated_completions_is_refused_since_no_rollout_ends_at_an_eos_token(tmp_path):
     # TRL would take every session's rendering for a truncated completion and train on nothing.
     with pytest.raises(ValueError, match="mask_truncated_completions: .*would mask them out of the loss"):
-        _args(tmp_path, checkpoint, tmp_path / "tasks.jsonl", "--mask_truncated_completions", "true")
+        _args(tmp_path, tmp_path / "checkpoint", tmp_path / "tasks.jsonl", "--mask_truncated_completions", "true")

@@ -62,9 +62,9 @@ class ClockGRPOConfig(GRPOConfig):
             LoRA adapters of its checkpoints instead. Push the output with ``clocktune push``.
         mask_truncated_completions (`bool`):
             Refused: a rollout's completion is its session's rendering, which ends where the session ended, not at an
-            EOS token, so TRL takes rollouts for truncated (all of them in the 176 steps logged by ``bench_rl.py``)
-            and would mask them out of the loss. For the same reason TRL's ``completions/clipped_ratio`` reads 1 and
-            means nothing here.
+            EOS token, so TRL takes rollouts for truncated (every one, in every run of BENCHMARKS.md) and would
+            mask them out of the loss. For the same reason TRL's ``completions/clipped_ratio`` reads 1 and means
+            nothing here.
     """
 
     scale_rewards: str = field(
