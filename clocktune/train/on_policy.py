@@ -50,6 +50,7 @@ from clocktune.runtime.policy import PolicyFactory
 from clocktune.settings_stamp import SettingsMismatchError
 from clocktune.timeline.events import Timeline
 from clocktune.tools import BackendFactory
+from clocktune.train.policy_save import save_whole
 from clocktune.train.record import TRAINING_RECORD, read_training_record, write_training_record
 
 if TYPE_CHECKING:
@@ -532,7 +533,7 @@ def train_rounds(
                 "live_accuracy": summary.live_accuracy,
             }
         )
-        trainer.save_model(str(folder))
+        save_whole(trainer, str(folder))  # the next round loads it
         if carry and trainer.accelerator.is_main_process:
             _save_optimizer_state(_bare_optimizer(trainer), folder)
         if trainer.accelerator.is_main_process:
