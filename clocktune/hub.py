@@ -90,10 +90,11 @@ def push_checkpoint(
     checkpoint_dir: str | Path,
     repo_id: str,
     *,
-    private: bool = False,
+    private: bool | None = False,
     merge_lora: bool = False,
     card_info: Mapping[str, Any] | None = None,
     revision: str | None = None,
+    token: str | None = None,
     max_retries: int = 3,
 ) -> str:
     """Uploads a Trainer checkpoint (full model or PEFT LoRA adapter, with its tokenizer) as a model repo.
@@ -105,13 +106,16 @@ def push_checkpoint(
     Args:
         checkpoint_dir: Folder saved by a Trainer: ``config.json`` + safetensors, or ``adapter_config.json`` +
             ``adapter_model.safetensors``; plus the tokenizer files.
-        repo_id: Target model repo, ``"namespace/name"``; created when missing.
-        private: Create the repo private (an existing repo keeps its visibility).
+        repo_id: Target model repo, ``"namespace/name"``; created when missing. A bare ``"name"`` goes to the
+            token's user (``whoami``), where the Hub creates a repo named without a namespace.
+        private: Create the repo private (an existing repo keeps its visibility); ``None``: the namespace's
+            default.
         merge_lora: For an adapter checkpoint, merge the LoRA weights into the base model named by
             ``adapter_config.json`` (loaded with ``from_pretrained``) and upload the plain merged model.
         card_info: Optional model card facts: ``base_model`` (defaults to the adapter's base), ``dataset`` (repo id
             or path), ``dataset_stats``, ``clock`` and ``eval`` (flat dicts shown as tables).
         revision: Branch to push to, created from ``main`` when missing; ``None`` pushes to ``main``.
+        token: The Hub token; ``None`` takes ``HF_TOKEN`` or the one ``hf auth login`` stored.
         max_retries: Retries of the whole push after a transient error (connection error, HTTP 408/429/5xx),
             with exponential backoff; other errors are raised at once.
 
@@ -148,6 +152,7 @@ def push_checkpoint(
     else:
         weights = "LoRA adapter (PEFT); load it on top of the base model"
 
+    repo_id = _namespaced(repo_id, token, max_retries)  # the card names the repo as others will load it
     with tempfile.TemporaryDirectory(prefix="clocktune-push-") as tmp:
         if merge_lora:
             merged_dir = Path(tmp) / "merged"
@@ -166,7 +171,7 @@ def push_checkpoint(
                 f"files: {', '.join(skipped)}",
                 file=sys.stderr,
             )
-        return _push(staging, repo_id, "model", private, revision, max_retries)
+        return _push(staging, repo_id, "model", private, revision, max_retries, token)
 
 
 def push_dataset(data_dir: str | Path, repo_id: str, *, private: bool = False, max_retries: int = 3) -> str:
@@ -438,10 +443,12 @@ def _stage(files: Mapping[str, Path], readme: str, staging: Path) -> Path:
     return staging
 
 
-def _upload(folder: Path, repo_id: str, repo_type: str, private: bool, revision: str | None) -> str:
+def _upload(
+    folder: Path, repo_id: str, repo_type: str, private: bool | None, revision: str | None, token: str | None
+) -> str:
     """Creates the repo (and branch) when missing and uploads ``folder`` in one commit; returns the commit URL."""
     # A fresh client per attempt reads HF_ENDPOINT / HF_TOKEN at push time, not at import time.
-    api = HfApi()
+    api = HfApi(token=token)
     api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True)
     if revision is not None:
         api.create_branch(repo_id, repo_type=repo_type, branch=revision, exist_ok=True)
@@ -535,9 +542,29 @@ def _push_error(error: Exception, repo_id: str, repo_type: str, revision: str | 
     return HubPushError(f"{where} on {endpoint} failed (HTTP {status}): {fix}", status=status)
 
 
-def _push(folder: Path, repo_id: str, repo_type: str, private: bool, revision: str | None, max_retries: int) -> str:
+def _namespaced(repo_id: str, token: str | None, max_retries: int) -> str:
+    """``repo_id``, or ``user/repo_id`` for a bare name: the token's user, in whose namespace the Hub would create
+    it (the upload itself needs the full id)."""
+    if "/" in repo_id:
+        return repo_id
+    try:
+        user = _with_retries(lambda: HfApi(token=token).whoami()["name"], max_retries)
+    except (HfHubHTTPError, httpx2.HTTPError, OfflineModeIsEnabled) as error:
+        raise _push_error(error, repo_id, "model", None) from error
+    return f"{user}/{repo_id}"
+
+
+def _push(
+    folder: Path,
+    repo_id: str,
+    repo_type: str,
+    private: bool | None,
+    revision: str | None,
+    max_retries: int,
+    token: str | None = None,
+) -> str:
     """``_upload`` with retries; a failure that remains becomes a :class:`HubPushError`."""
     try:
-        return _with_retries(lambda: _upload(folder, repo_id, repo_type, private, revision), max_retries)
+        return _with_retries(lambda: _upload(folder, repo_id, repo_type, private, revision, token), max_retries)
     except (HfHubHTTPError, httpx2.HTTPError, OfflineModeIsEnabled) as error:
         raise _push_error(error, repo_id, repo_type, revision) from error

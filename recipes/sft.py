@@ -9,12 +9,15 @@ Every YAML under configs/ starts with its own launch line. The code lives in clo
 `clocktune train --config ...` runs exactly the same steps. This top-level script is where the generator's tool
 backends and experts are handed to training, for the live evaluation (`live_eval_steps`) and the on-policy rounds
 (`on_policy_rounds`): the library below it never imports data_gen. A domain file's Python backend named by the
-data runs only with `--trust-domain-code` (see data_gen/declarative).
+data runs only with `--trust-domain-code` (see data_gen/declarative). With `push_to_hub` set, the saved output is
+uploaded after training, from the main process, as `clocktune push` would (clocktune.cli.train_push).
 """
 
+from clocktune.cli.train_push import push_trained
 from clocktune.train.sft import run
 from data_gen.backends import check_domain_code, session_backends
 from data_gen.expert import experts_of_data
 
 if __name__ == "__main__":
-    run(backends=session_backends, experts=experts_of_data, check_backends=check_domain_code)
+    _, training_args = run(backends=session_backends, experts=experts_of_data, check_backends=check_domain_code)
+    push_trained(training_args)

@@ -1,8 +1,9 @@
 """A small in-process stand-in for the Hugging Face Hub's upload API, for offline tests.
 
-It answers only what ``HfApi.create_repo``, ``create_branch`` and ``upload_folder`` call when every file is
-uploaded as a regular (base64, non-LFS) blob:
+It answers only what ``HfApi.whoami``, ``create_repo``, ``create_branch`` and ``upload_folder`` call when every
+file is uploaded as a regular (base64, non-LFS) blob:
 
+- ``GET /api/whoami-v2``: the token's user, ``user`` (``"mock-user"``).
 - ``POST /api/repos/create``: creates a repo; 409 with the repo URL when it exists (``exist_ok`` reads it).
 - ``POST /api/validate-yaml``: accepts any README front matter that parses as a YAML mapping.
 - ``POST /api/{models|datasets}/{repo}/branch/{branch}``: creates a branch from ``main``.
@@ -43,6 +44,7 @@ class MockHub:
 
     def __init__(self, tokens: set[str] | None = None) -> None:
         self.tokens = tokens
+        self.user = "mock-user"  # whom every accepted token belongs to
         self._lock = threading.Lock()
         # (repo_type, repo_id) -> revision -> path in repo -> content
         self._repos: dict[tuple[str, str], dict[str, dict[str, bytes]]] = {}
@@ -109,6 +111,10 @@ class MockHub:
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict | None]:
         """Routes one request; returns (status, JSON body)."""
+        if method == "GET" and path == "/api/whoami-v2":
+            with self._lock:
+                self.calls["whoami"] += 1
+            return 200, {"type": "user", "name": self.user}
         if method != "POST":
             return 404, {"error": f"mock hub does not serve {method} {path}"}
         if path == "/api/repos/create":

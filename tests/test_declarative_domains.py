@@ -181,7 +181,7 @@ def test_a_tiny_model_trains_on_a_yaml_domain(generated, tmp_path):
     from tests.test_train import sft_args, tiny_model_dir
 
     _, out = generated
-    trainer = run(
+    trainer, _ = run(
         sft_args(tiny_model_dir(tmp_path, "llama"), out / "data", tmp_path / "run"), backends=session_backends
     )
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]

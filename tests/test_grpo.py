@@ -3,6 +3,7 @@ log-probs see each rollout through its own streaming mask, rewards are logged by
 
 import math
 from collections import defaultdict
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -30,8 +31,8 @@ def _tasks(generated, count=4):
     return chosen[:count]
 
 
-def _args(tmp_path, checkpoint, data, *extra):
-    argv = [
+def _argv(tmp_path, checkpoint, data, *extra):
+    return [
         "--model_name_or_path", str(checkpoint), "--train_data", str(data), "--output_dir", str(tmp_path / "out"),
         "--use_cpu", "--bf16", "false", "--report_to", "none", "--logging_steps", "1", "--seed", "0",
         "--num_generations", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
@@ -39,7 +40,10 @@ def _args(tmp_path, checkpoint, data, *extra):
         "--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj",
         "--rollout_profile", "phone-135m", *SHORT, *extra,
     ]  # fmt: skip
-    return make_parser().parse_args_and_config(args=argv)
+
+
+def _args(tmp_path, checkpoint, data, *extra):
+    return make_parser().parse_args_and_config(args=_argv(tmp_path, checkpoint, data, *extra))
 
 
 @pytest.fixture
@@ -211,12 +215,41 @@ def test_advantages_are_not_divided_by_the_groups_spread_unless_the_config_asks(
     assert ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True, scale_rewards="group").scale_rewards == "group"
 
 
-def test_push_to_hub_is_refused_at_parse_time_naming_the_push_command(tmp_path):
-    # The Trainer would push adapters that name a base they were not trained on; the merged output is what to push.
-    # Refused when parsed, so nothing is loaded: the checkpoint need not exist.
-    with pytest.raises(ValueError, match="push_to_hub: GRPO saves its policy merged.*clocktune push --checkpoint"):
-        push = ["--push_to_hub", "true", "--hub_model_id", "me/x"]
-        _args(tmp_path, tmp_path / "checkpoint", tmp_path / "tasks.jsonl", *push)
+def test_grpo_with_push_to_hub_uploads_the_merged_policy_not_an_adapter(
+    hub, generated, adapter_checkpoint, tmp_path, monkeypatch
+):
+    # The recipe script as `accelerate launch recipes/grpo.py` runs it, in this process. A checkpoint is saved at
+    # step 1, where a Trainer with push_to_hub would push its adapter; the start is itself an adapter, so an adapter
+    # pushed from this run would name a base without the start's weights.
+    import runpy
+
+    from transformers import AutoModelForCausalLM
+
+    from clocktune.train.record import TRAINING_RECORD
+
+    write_timelines(tmp_path / "tasks.jsonl", _tasks(generated, 2))
+    push = ["--push_to_hub", "true", "--hub_model_id", "me/grpo-policy", "--hub_revision", "trained"]
+    save = ["--max_steps", "1", "--save_strategy", "steps", "--save_steps", "1"]
+    argv = _argv(tmp_path, adapter_checkpoint, tmp_path / "tasks.jsonl", *save, *push)
+    monkeypatch.setattr("sys.argv", ["recipes/grpo.py", *argv])
+    runpy.run_path(str(Path(__file__).resolve().parents[1] / "recipes" / "grpo.py"), run_name="__main__")
+
+    out = tmp_path / "out"
+    assert (out / "checkpoint-1" / "adapter_config.json").exists()  # what the Trainer would have pushed
+    # One repo created and one commit, the final upload: the Trainer pushed nothing of its own.
+    assert hub.calls["create"] == 1 and [commit["summary"] for commit in hub.commits] == [
+        "Upload model with clocktune"
+    ]
+    assert hub.files("me/grpo-policy", revision="main") == {}
+    files = hub.files("me/grpo-policy", revision="trained")
+    assert {"config.json", "model.safetensors", "tokenizer.json", TRAINING_RECORD, "README.md"} <= set(files)
+    assert not any(name.startswith(("adapter_", "checkpoint-", "last-checkpoint")) for name in files), sorted(files)
+    # The download is the saved policy: a plain model with the trained weights.
+    pushed = AutoModelForCausalLM.from_pretrained(hub.export("me/grpo-policy", tmp_path / "dl", revision="trained"))
+    saved = AutoModelForCausalLM.from_pretrained(out)
+    probe = torch.arange(1, 17)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(pushed.eval()(probe).logits, saved.eval()(probe).logits, rtol=0, atol=0)
 
 
 def test_masking_truncated_completions_is_refused_since_no_rollout_ends_at_an_eos_token(tmp_path):

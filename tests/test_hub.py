@@ -198,6 +198,24 @@ def test_push_to_revision_creates_branch_and_leaves_main(hub, full_checkpoint):
     assert hub.files("someone/agent", revision="main") == {}
 
 
+def test_a_repo_named_without_a_namespace_goes_to_the_tokens_user_and_the_card_names_it_so(hub, full_checkpoint):
+    # The Hub creates such a repo under the token's user, and the upload needs that full id (a recipe's hub_model_id
+    # left unset is output_dir's bare name).
+    url = push_checkpoint(full_checkpoint, "agent")
+
+    assert url.startswith(f"{hub.url}/mock-user/agent/commit/")
+    files = hub.files("mock-user/agent")
+    assert "model.safetensors" in files
+    assert 'AutoModelForCausalLM.from_pretrained("mock-user/agent")' in _card(files["README.md"])[1]
+
+
+def test_a_given_token_is_the_one_the_push_sends(hub, full_checkpoint):
+    hub.tokens = {"hf_given"}  # the environment's HF_TOKEN, hf_test, would get 401
+    push_checkpoint(full_checkpoint, "agent", token="hf_given")
+
+    assert "model.safetensors" in hub.files("mock-user/agent")
+
+
 def test_push_adapter_as_is(hub, adapter_checkpoint):
     folder, _ = adapter_checkpoint
     push_checkpoint(folder, "someone/agent-lora", card_info={"eval": {"task_success": 0.5}})

@@ -81,7 +81,7 @@ def test_every_yaml_under_configs_parses():
 @pytest.mark.parametrize("architecture", ["qwen2", "llama"])
 def test_full_sft_changes_weights_and_logs_finite_loss(tmp_path, timelines, architecture):
     model_dir = tiny_model_dir(tmp_path, architecture)
-    trainer = run(sft_args(model_dir, timelines, tmp_path / "out"))
+    trainer, _ = run(sft_args(model_dir, timelines, tmp_path / "out"))
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
     assert any(key.startswith("accuracy/") for entry in trainer.state.log_history for key in entry)
@@ -99,7 +99,7 @@ def test_full_sft_changes_weights_and_logs_finite_loss(tmp_path, timelines, arch
 def test_lora_trains_only_adapters_and_new_token_rows(tmp_path, timelines, architecture):
     model_dir = tiny_model_dir(tmp_path, architecture)
     lora = ["--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
-    trainer = run(sft_args(model_dir, timelines, tmp_path / "out", *lora))
+    trainer, _ = run(sft_args(model_dir, timelines, tmp_path / "out", *lora))
     trainable = [name for name, parameter in trainer.model.named_parameters() if parameter.requires_grad]
     assert trainable and all("lora_" in name or "trainable_tokens" in name for name in trainable), trainable
 
@@ -483,7 +483,12 @@ def test_clocktune_train_hands_the_config_and_every_override_to_the_recipe(monke
     from clocktune.cli import main
 
     seen = []
-    monkeypatch.setattr(clocktune.train.sft, "run", lambda argv, backends, experts, check_backends: seen.append(argv))
+
+    def recipe(argv, backends, experts, check_backends):
+        seen.append(argv)
+        return None, make_parser().parse_args_and_config(args=argv)[1]
+
+    monkeypatch.setattr(clocktune.train.sft, "run", recipe)
     argv = ["--config", "configs/smollm2-135m/sft_lora_cpu.yaml", "--train_data", "a", "b", "--max_steps", "3"]
     assert main(["train", *argv]) == 0
     assert seen == [argv]
@@ -512,7 +517,7 @@ def test_sft_from_a_lora_adapter_starts_from_its_weights_and_saves_a_full_model_
         start["model.layers.0.self_attn.q_proj.weight"], raw["model.layers.0.self_attn.q_proj.weight"]
     )
     # Trained for real, the saved model is the trained one: LoRA and token rows merged as they were in memory.
-    trainer = run(sft_args(tmp_path / "first", timelines, tmp_path / "third", *lora, "--max_steps", "2"))
+    trainer, _ = run(sft_args(tmp_path / "first", timelines, tmp_path / "third", *lora, "--max_steps", "2"))
     trained = trainer.model.merge_and_unload().state_dict()
     third = load_policy_model(tmp_path / "third")[0].state_dict()
     for name, value in third.items():
@@ -520,12 +525,60 @@ def test_sft_from_a_lora_adapter_starts_from_its_weights_and_saves_a_full_model_
     assert not torch.equal(third["model.embed_tokens.weight"], start["model.embed_tokens.weight"])
 
 
-def test_sft_from_a_lora_adapter_with_push_to_hub_fails_before_loading_naming_the_push_command(tmp_path, timelines):
+def test_sft_from_a_lora_adapter_with_on_policy_rounds_fails_before_loading(tmp_path, timelines):
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "base_model_name_or_path": "x"}')
-    with pytest.raises(ValueError, match=f"{adapter} is a LoRA adapter.*clocktune push --checkpoint"):
-        run(sft_args(adapter, timelines, tmp_path / "out", "--push_to_hub", "true", "--hub_model_id", "me/x"))
+    with pytest.raises(ValueError, match=f"{adapter} is a LoRA adapter.*on-policy rounds do not support"):
+        run(sft_args(adapter, timelines, tmp_path / "out", "--on_policy_rounds", "1"))
+
+
+def test_sft_from_a_lora_adapter_with_push_to_hub_uploads_the_merged_model_not_an_adapter(hub, tmp_path, timelines):
+    # Through `clocktune train`, twice: a LoRA run from a raw base, whose push is its adapter, then a run from that
+    # adapter, whose push is the model merged onto it. Each saves a checkpoint at step 1, where a Trainer with
+    # push_to_hub would push its adapter (the second's naming a base without the first adapter's weights).
+    from clocktune.cli import main as clocktune_main
+    from clocktune.runtime.policy_factories import load_policy_model
+    from clocktune.train.record import TRAINING_RECORD
+
+    lora = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
+    save = ["--max_steps", "1", "--save_strategy", "steps", "--save_steps", "1", "--push_to_hub", "true"]
+    first = sft_args(tiny_model_dir(tmp_path, "llama"), timelines, tmp_path / "first", *lora, *save)
+    assert clocktune_main(["train", *first, "--hub_model_id", "me/first"]) == 0
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(hub.files("me/first"))
+    # hub_model_id unset: output_dir's name, in the token's user's namespace, as transformers names it.
+    assert clocktune_main(["train", *sft_args(tmp_path / "first", timelines, tmp_path / "second", *lora, *save)]) == 0
+
+    assert (tmp_path / "second" / "checkpoint-1" / "adapter_config.json").exists()  # what a Trainer would push
+    # One repo created and one commit per run, each the final upload: the Trainers pushed nothing of their own.
+    assert (
+        hub.calls["create"] == 2
+        and [commit["summary"] for commit in hub.commits] == ["Upload model with clocktune"] * 2
+    )
+    files = hub.files("mock-user/second")
+    assert {"config.json", "model.safetensors", "tokenizer.json", TRAINING_RECORD, "README.md"} <= set(files)
+    assert not any(name.startswith(("adapter_", "checkpoint-", "last-checkpoint")) for name in files), sorted(files)
+    # The download loads alone as the saved model: the first adapter and this run's training, merged.
+    pushed = load_policy_model(hub.export("mock-user/second", tmp_path / "dl"))[0].state_dict()
+    saved = load_policy_model(tmp_path / "second")[0].state_dict()
+    assert pushed.keys() == saved.keys()
+    for name, value in saved.items():
+        torch.testing.assert_close(pushed[name], value, rtol=0, atol=0, msg=name)
+
+
+def test_the_recipes_push_happens_on_the_main_process_only(hub, tmp_path, monkeypatch):
+    from accelerate import PartialState
+
+    from clocktune.cli.train_push import push_trained
+
+    args = make_parser().parse_args_and_config(
+        args=sft_args(tmp_path / "model", tmp_path / "data", tmp_path / "out", "--push_to_hub", "true")
+    )[1]
+    assert args.push_output_to_hub and not args.push_to_hub  # the request is kept; the Trainer sees it off
+    # Another process returns before reading output_dir (empty here: the main process would refuse it).
+    monkeypatch.setattr(PartialState, "is_main_process", property(lambda self: False))
+    assert push_trained(args) is None
+    assert not hub.calls and not hub.commits
 
 
 def test_a_checkpoint_loads_in_the_dtype_and_attention_the_recipe_names(tmp_path):

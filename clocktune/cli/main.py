@@ -158,7 +158,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """``clocktune train --config FILE [overrides]``: the recipe of ``recipes/sft.py`` in this process.
+    """``clocktune train --config FILE [overrides]``: the recipe of ``recipes/sft.py`` in this process, then the
+    upload of its output when the recipe sets ``push_to_hub`` (``clocktune.cli.train_push``).
 
     Args:
         args: The parsed command line; ``args.recipe_args`` go to the recipe's own parser (TRL's ``TrlParser``).
@@ -166,13 +167,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     Returns:
         The exit status, 0.
     """
+    from clocktune.cli.train_push import push_trained
     from clocktune.train.sft import run
     from data_gen.backends import check_domain_code, session_backends
     from data_gen.expert import experts_of_data
 
     # The generator's backends serve the sessions of the live evaluation (`live_eval_steps`) and of the on-policy
     # rollouts (`on_policy_rounds`), whose experts label them; the recipe's --trust-domain-code picks their trust.
-    run(args.recipe_args, backends=session_backends, experts=experts_of_data, check_backends=check_domain_code)
+    _, training_args = run(
+        args.recipe_args, backends=session_backends, experts=experts_of_data, check_backends=check_domain_code
+    )
+    push_trained(training_args)
     return 0
 
 

@@ -156,6 +156,17 @@ class ClockSFTConfig(SFTConfig):
             On a CPU, every two steps set torch's thread count to the cores other processes leave
             (`clocktune.train.cpu_share`): with one other CPU-bound process on two cores, two threads waiting for
             each other made steps 2-9x slower, one thread 1.7x. No effect on a GPU or where `/proc/stat` is missing.
+
+        > Pushing to the Hub
+
+        push_to_hub (`bool`, *optional*, defaults to `False`):
+            Upload the saved model when training ends: what `output_dir` holds then (the model or adapter, its
+            tokenizer and training record; never checkpoints or trainer state), with a model card, to
+            `hub_model_id` (`output_dir`'s name when unset, in the token's namespace; `hub_private_repo`,
+            `hub_revision` and `hub_token` apply), as `clocktune push` does. The entry points upload it
+            (`recipes/sft.py` and `clocktune train`, through `clocktune.cli.train_push`); the Trainer sees
+            `push_to_hub` off, so it pushes nothing itself, at init, at a checkpoint or at a save (`hub_strategy`
+            has no effect): the request is kept in `push_output_to_hub`.
     """
 
     time_codec: str = field(
@@ -230,8 +241,13 @@ class ClockSFTConfig(SFTConfig):
     # SFTConfig fields whose defaults differ here.
     packing: bool = field(default=False, metadata={"help": "Must stay False: clocktune's collator packs."})
     remove_unused_columns: bool = field(default=False, metadata={"help": "Must stay False: masks need the columns."})
+    # Not a flag: the recipe's push_to_hub, which the Trainer never sees (see push_to_hub above).
+    push_output_to_hub: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
+        # A Trainer with push_to_hub pushes at init, at each checkpoint and at save_model: adapters, and for SFT from
+        # an adapter ones that name the raw base. The entry point uploads the final output (clocktune.cli.train_push).
+        self.push_output_to_hub, self.push_to_hub = self.push_to_hub, False
         if self.time_codec not in TIME_CODECS:
             raise ValueError(f"time_codec must be one of {TIME_CODECS}, got {self.time_codec!r}")
         if self.model_format is not None and self.model_format not in MODEL_FORMATS:

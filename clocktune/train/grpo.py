@@ -464,7 +464,8 @@ def main(
     callbacks: list | None = None,
 ) -> ClockGRPOTrainer:
     """Trains the policy by GRPO in the runtime, resuming from the last checkpoint in ``output_dir``, and saves it
-    (arguments as :func:`build_trainer`'s).
+    merged onto its start, with its training record (arguments as :func:`build_trainer`'s). It pushes nothing
+    (``push_to_hub`` is the entry point's: see :func:`run`).
 
     Returns:
         The trainer after training.
@@ -483,6 +484,12 @@ def main(
     trainer.train(resume_from_checkpoint=checkpoint)
     # Merged onto the start: the fresh LoRA saved alone would name the raw base (clocktune.train.policy_save).
     save_policy(trainer, training_args.output_dir, model_args.model_name_or_path, **model_load_kwargs(model_args))
+    if trainer.accelerator.is_main_process:
+        from clocktune.train.record import write_training_record
+
+        # The start as the recipe names it, for the card of a push: the merged model's own config names no base.
+        record = {"base_model": model_args.model_name_or_path, "train_data": list(data_args.train_data)}
+        write_training_record(training_args.output_dir, **record, max_steps=trainer.state.global_step)
     return trainer
 
 
@@ -495,14 +502,21 @@ def make_parser() -> Any:
     return TrlParser((TimelineDataArguments, ClockGRPOConfig, ModelConfig))
 
 
-def run(argv: list[str] | None = None, backends: Callable[[bool], BackendFactory] | None = None) -> ClockGRPOTrainer:
+def run(
+    argv: list[str] | None = None, backends: Callable[[bool], BackendFactory] | None = None
+) -> tuple[ClockGRPOTrainer, ClockGRPOConfig]:
     """Parses ``argv`` (``--config FILE`` and overrides) and trains; the entry point of ``recipes/grpo.py``.
 
     Args:
         argv: Command-line arguments; ``sys.argv[1:]`` when ``None``.
         backends: ``backends(trust_domain_code)``, the rollouts' tool backends (``data_gen.backends.session_backends``).
+
+    Returns:
+        ``(trainer, training_args)``: the trainer after training and the parsed training arguments, whose
+        ``push_output_to_hub``, ``output_dir`` and ``hub_*`` fields tell the caller what to push where
+        (``clocktune.cli.train_push.push_trained``; the train layer does not import the Hub's code).
     """
     data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
     if backends is None:
         raise ValueError("GRPO plays its rollouts in the runtime: pass the tool backends (recipes/grpo.py does)")
-    return main(data_args, training_args, model_args, backends(data_args.trust_domain_code))
+    return main(data_args, training_args, model_args, backends(data_args.trust_domain_code)), training_args

@@ -58,8 +58,12 @@ class ClockGRPOConfig(GRPOConfig):
             of a second the weight of success (16 steps at λ = 0.1: live accuracy 0.60 → 0.48 with it, 0.62 without;
             BENCHMARKS.md).
         push_to_hub (`bool`):
-            Refused: GRPO saves its policy merged onto the checkpoint it started from, and the Trainer would push the
-            LoRA adapters of its checkpoints instead. Push the output with ``clocktune push``.
+            Upload the saved policy when training ends: the merged model in ``output_dir`` and its training record,
+            with a model card, to ``hub_model_id`` (``output_dir``'s name when unset; ``hub_private_repo``,
+            ``hub_revision`` and ``hub_token`` apply), as ``clocktune push`` does. The entry points upload it
+            (``recipes/grpo.py``, through ``clocktune.cli.train_push``); the Trainer sees ``push_to_hub`` off, since
+            it would push the LoRA adapters of its checkpoints, which name a base they were not trained on. The
+            request is kept in ``push_output_to_hub``.
         mask_truncated_completions (`bool`):
             Refused: a rollout's completion is its session's rendering, which ends where the session ended, not at an
             EOS token, so TRL takes rollouts for truncated (every one, in every run of BENCHMARKS.md) and would
@@ -90,16 +94,14 @@ class ClockGRPOConfig(GRPOConfig):
     live_eval_data: list[str] | None = field(default=None, metadata={"help": "Held-out timeline files or folders."})
     live_eval_profile: str = field(default="phone-135m", metadata={"help": "Device profile of live evaluation."})
     live_eval_call_bias: float = field(default=0.0, metadata={"help": "Call bias of live evaluation."})
+    # Not a flag: the recipe's push_to_hub, which the Trainer never sees (see push_to_hub above).
+    push_output_to_hub: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
-        if self.push_to_hub:
-            # The fresh LoRA sits on the merged start, so an adapter the Trainer pushes names a base (the start's own
-            # base, or a local folder) it was not trained on: loaded from the Hub it would silently lack the start.
-            raise ValueError(
-                "push_to_hub: GRPO saves its policy merged onto the checkpoint it started from, but the Trainer "
-                "would push its checkpoints' LoRA adapters, which do not load alone. Train without push_to_hub, then "
-                "push the output with `clocktune push --checkpoint OUTPUT_DIR --repo-id ID`"
-            )
+        # The fresh LoRA sits on the merged start, so an adapter the Trainer pushed (at init, at each save, at
+        # save_model) would name a base it was not trained on: the Trainer never sees the request, the entry point
+        # uploads the merged output once it is saved (clocktune.cli.train_push).
+        self.push_output_to_hub, self.push_to_hub = self.push_to_hub, False
         if self.mask_truncated_completions:
             raise ValueError(
                 "mask_truncated_completions: a rollout's completion ends where its session ended, not at an EOS token, "

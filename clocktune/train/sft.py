@@ -15,6 +15,8 @@ live in the runtime every so many steps (:mod:`clocktune.train.live_eval`); the 
 from the caller (``backends``), as the train layer does not know the generator's domains. With ``on_policy_rounds``
 set, on-policy rounds follow the first training (:mod:`clocktune.train.on_policy`): the model plays training tasks
 live, the caller's expert (``experts``) labels them, and training continues on a mixture with the teacher's data.
+Training never pushes to the Hub: with ``push_to_hub`` set, the entry points upload the saved output once
+:func:`run` returns (``clocktune.cli.train_push``; ``ClockSFTConfig`` hands the Trainer ``push_to_hub`` off).
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def main(
     experts: ExpertsBuilder | None = None,
     check_backends: Callable[[list[Timeline]], None] | None = None,
 ):
-    """Trains and saves the model.
+    """Trains and saves the model; it pushes nothing (``push_to_hub`` is the entry point's: see ``run``).
 
     Args:
         data_args: Where the timelines are.
@@ -174,13 +176,11 @@ def main(
         raise ValueError("train_data is empty: pass timeline files or folders")
     start = resolve_model_path(model_args.model_name_or_path)
     merge_onto = start if is_adapter(start) else None
-    if merge_onto is not None and (training_args.on_policy_rounds > 0 or training_args.push_to_hub):
-        # Both save adapters that would name the raw base: the rounds' folders (which a restarted run resumes from
-        # as adapters) and Trainer.push_to_hub (which saves again before it uploads).
+    if merge_onto is not None and training_args.on_policy_rounds > 0:
+        # The rounds' folders would hold adapters that name the raw base (and a restarted run resumes from them).
         raise ValueError(
             f"model_name_or_path {start} is a LoRA adapter: SFT from it saves the policy merged, which on-policy "
-            "rounds and push_to_hub do not support. Train without them, then push the output with "
-            "`clocktune push --checkpoint OUTPUT_DIR --repo-id ID`, or start from a merged copy of the adapter "
+            "rounds do not support. Train without them, or start from a merged copy of the adapter "
             "(clocktune.runtime.policy_factories.load_policy_model, then save_pretrained)"
         )
     live_eval = None
@@ -256,7 +256,6 @@ def main(
         "model_format": model_format,
         "time_codec": training_args.time_codec,
     }
-    first = trainer
     # A finished round's weights supersede the first training's: a run started again does not train it again.
     if on_policy is None or last_finished_round(training_args) == 0:
         checkpoint = training_args.resume_from_checkpoint
@@ -279,10 +278,6 @@ def main(
 
         write_training_record(training_args.output_dir, **record, **facts)
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
-    if training_args.push_to_hub:
-        # The first trainer's arguments name output_dir and the Hub repo (the rounds' trainers push nothing); its
-        # model is the same object, trained through every round.
-        first.push_to_hub(dataset_name=",".join(data_args.train_data))
     return trainer
 
 
@@ -308,10 +303,13 @@ def run(
             the user did not trust before the model loads (``data_gen.backends.check_domain_code``).
 
     Returns:
-        The trainer after training.
+        ``(trainer, training_args)``: the trainer after training (see :func:`main`) and the parsed training
+        arguments, whose ``push_output_to_hub``, ``output_dir`` and ``hub_*`` fields tell the caller what to push
+        where (``clocktune.cli.train_push.push_trained``; the train layer does not import the Hub's code).
     """
     data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
     trust = data_args.trust_domain_code
     factory = backends(trust) if backends is not None else None
     check = (lambda timelines: check_backends(timelines, trust)) if check_backends is not None else None
-    return main(data_args, training_args, model_args, backends=factory, experts=experts, check_backends=check)
+    trainer = main(data_args, training_args, model_args, backends=factory, experts=experts, check_backends=check)
+    return trainer, training_args
