@@ -4,7 +4,10 @@ memory bound.
 Part 1 plays the same held-out dialogues with the demo's checkpoint (greedy, under the action grammar, the demo's
 call bias and device profile, virtual clock) once per batch size, every session in play at once
 (``SessionDriver``), and prints wall time, sessions/s, action tokens/s, the engine's mean batch and live accuracy;
-each run's session logs are compared with batch 1's, and a session that differs is named.
+each run's session logs are compared with batch 1's, and a session that differs is named. With
+``--one-token-steps`` each batch size is played first as decoding was before jump-forward (one token a forward: the
+grammar's forced tokens not fed with the step before them), for the speedup of feeding them early in the same run and
+the check that the logs do not change.
 
 Part 2 times single-token forwards of the engine at batch 1 over contexts of several lengths, against the memory
 bound: the bytes a decode step must read (the weights once, plus the context's keys and values) over this machine's
@@ -16,7 +19,7 @@ Part 3 times the model's largest linear layer on M rows at once against M times 
 of M decode steps can gain on this machine, since the linear layers are nearly all of a decode step's work.
 
     .venv/bin/python scripts/bench_engine.py --model runs/demo/checkpoint --data runs/demo/data/eval/data \
-        [--batch-sizes 1 4 16 50] [--dialogues 50] [--call-bias 1.5]
+        [--batch-sizes 1 4 16 50] [--dialogues 50] [--call-bias 1.5] [--one-token-steps]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import torch
 
 from clocktune.clock import PROFILES
 from clocktune.rendered_dataset import load_timeline_files
+from clocktune.runtime import model_policy
 from clocktune.runtime.engine import Engine, Forward
 from clocktune.runtime.play import run_policy
 from clocktune.runtime.policy_factories import load_policy_model, policy_factory
@@ -37,22 +41,30 @@ from clocktune.runtime.session import SessionConfig
 from data_gen.backends import make_backend
 
 
-def play_batches(model, tokenizer, timelines, batch_sizes: list[int], call_bias: float) -> None:
-    """Part 1: the same sessions at each batch size; prints a table and the sessions whose logs differ."""
+def play_batches(
+    model, tokenizer, timelines, batch_sizes: list[int], call_bias: float, one_token_steps: bool = False
+) -> None:
+    """Part 1: the same sessions at each batch size (and, with ``one_token_steps``, each first decoded one token a
+    forward); prints a table and the sessions whose logs differ from the first row's."""
     config = SessionConfig(device=PROFILES["phone-135m"])
     print(f"{len(timelines)} dialogues, {torch.get_num_threads()} torch threads, call bias {call_bias:g}")
     print(
-        "| batch | wall s | sessions/s | action tokens/s | forwards | mean batch | tokens fed | live accuracy "
-        "| logs as batch 1 |"
+        "| batch | forced tokens fed early | wall s | sessions/s | action tokens/s | forwards | mean batch | tokens fed "
+        "| live accuracy | logs as the first row |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     reference = None
     first_seconds = None
-    for batch_size in batch_sizes:
+    jump_forward = model_policy.FORCED_DRAFT
+    one_token: dict[int, float] = {}  # wall seconds of a batch size decoded one token a forward
+    arms = [(b, early) for b in batch_sizes for early in ([False, True] if one_token_steps else [True])]
+    for batch_size, early in arms:
+        model_policy.FORCED_DRAFT = jump_forward if early else 0
         factory = policy_factory("model", loaded=(model, tokenizer), call_bias=call_bias, batch_size=batch_size)
         started = time.perf_counter()
         run = run_policy("model", timelines, factory, make_backend, config, concurrency=len(timelines))
         seconds = time.perf_counter() - started
+        model_policy.FORCED_DRAFT = jump_forward
         first_seconds = first_seconds or seconds
         logs = [log.timeline.events for log in run.logs]
         if reference is None:
@@ -61,13 +73,21 @@ def play_batches(model, tokenizer, timelines, batch_sizes: list[int], call_bias:
         stats = factory.engine.stats
         tokens = factory.decoding.tokens
         print(
-            f"| {batch_size} | {seconds:.1f} | {len(timelines) / seconds:.3f} | {tokens / seconds:.1f} "
+            f"| {batch_size} | {factory.decoding.forced_tokens} | {seconds:.1f} | {len(timelines) / seconds:.3f} "
+            f"| {tokens / seconds:.1f} "
             f"| {stats.forwards} | {stats.rows / stats.forwards:.1f} | {stats.tokens} | {run.share('accurate'):.2f} "
             f"| {len(timelines) - len(differ)}/{len(timelines)} |"
         )
         if differ:
-            print(f"  sessions whose log differs from batch 1's: {differ}")
+            print(f"  sessions whose log differs from the first row's: {differ}")
         print(f"  speedup over the first row: {first_seconds / seconds:.2f}x")
+        if not early:
+            one_token[batch_size] = seconds
+        elif batch_size in one_token:
+            print(
+                f"  forced tokens fed early, against one token a forward at batch {batch_size}: "
+                f"{one_token[batch_size] / seconds:.2f}x"
+            )
 
 
 def median_seconds(run, repeats: int = 5, warmup: int = 1) -> float:
@@ -220,6 +240,9 @@ def main() -> None:
     parser.add_argument("--dialogues", type=int, default=50)
     parser.add_argument("--batch-sizes", type=int, nargs="*", default=[1, 4, 16, 50], help="part 1 (none: skip it)")
     parser.add_argument("--call-bias", type=float, default=1.5, help="the demo's (clocktune.cli.demo.CALL_BIAS)")
+    parser.add_argument(
+        "--one-token-steps", action="store_true", help="part 1 also decodes one token a forward, before each batch"
+    )
     parser.add_argument("--contexts", type=int, nargs="*", default=[1100, 3000, 5000], help="part 2's context lengths")
     parser.add_argument("--rows", type=int, nargs="*", default=[1, 4, 16, 50], help="part 3's rows per matmul")
     args = parser.parse_args()
@@ -227,7 +250,7 @@ def main() -> None:
     model, tokenizer = load_policy_model(args.model)
     timelines = load_timeline_files([args.data])[: args.dialogues]
     if args.batch_sizes:
-        play_batches(model, tokenizer, timelines, args.batch_sizes, args.call_bias)
+        play_batches(model, tokenizer, timelines, args.batch_sizes, args.call_bias, args.one_token_steps)
     if args.contexts:
         decode_floor(model, args.contexts)
         decode_breakdown(model, args.contexts[0])

@@ -86,6 +86,27 @@ def test_greedy_speculative_actions_equal_plain_greedy_token_for_token_for_every
         assert accepted > 0 or name == "prompt_lookup", name
 
 
+def test_plain_decoding_under_the_grammar_feeds_its_forced_tokens_with_the_step_before_and_writes_the_same_actions(
+    generated, tiny_four_layer_model, monkeypatch
+):
+    import clocktune.runtime.model_policy as model_policy
+
+    model, tokenizer = tiny_four_layer_model
+    timelines = _short(generated)
+    # The call bias makes the random model call while the user speaks: a call's keys and id are forced text.
+    monkeypatch.setattr(model_policy, "FORCED_DRAFT", 0)  # a token a forward, as before jump-forward
+    one_by_one, slow = _play(model, tokenizer, timelines, None, True, call_bias=1e4)
+    monkeypatch.undo()
+    actions, fast = _play(model, tokenizer, timelines, None, True, call_bias=1e4)
+    assert actions == one_by_one
+    forced = sum(s.forced_tokens for s in fast)
+    assert forced > 0 and sum(s.forced_tokens for s in slow) == 0
+    # A forced token is the only one the grammar allows where it stands, so each fed early saves its own forward.
+    assert sum(s.target_forwards for s in slow) - sum(s.target_forwards for s in fast) == forced
+    assert sum(s.tokens for s in fast) == sum(s.tokens for s in slow)
+    assert all(s.drafts == 0 for s in fast)  # no drafter: the forced tokens are nobody's draft to count
+
+
 def test_model_driven_live_sessions_are_the_same_with_a_drafter(generated, tiny_four_layer_model):
     model, tokenizer = tiny_four_layer_model
     config = SessionConfig(max_notices=4, device=FAST)

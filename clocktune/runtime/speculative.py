@@ -354,6 +354,7 @@ class SpeculationStats:
     plain_steps: int = 0
     drafter_drafts: int = 0  # drafts with the drafter's own tokens (not only the grammar's forced ones)
     drafter_tokens: int = 0  # ... and their drafter tokens
+    forced_tokens: int = 0  # grammar-forced tokens fed with the step before them (with a drafter or without)
     switched_on_batch: int = 0  # the largest active batch at which the toggle had speculation on
     reached: list[int] = field(default_factory=list)  # drafts that got to position i (0-based)
     agreed: list[int] = field(default_factory=list)  # ... and were accepted there
@@ -389,7 +390,7 @@ class SpeculationStats:
         """
         for name in ("actions", "tokens", "decode_s", "target_forwards", "target_s", "drafts", "drafted"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("accepted", "draft_s", "plain_steps", "drafter_drafts", "drafter_tokens"):
+        for name in ("accepted", "draft_s", "plain_steps", "drafter_drafts", "drafter_tokens", "forced_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.switched_on_batch = max(self.switched_on_batch, other.switched_on_batch)
         for index in range(len(other.reached)):
@@ -429,6 +430,7 @@ class SpeculationStats:
             "target_ms_per_forward": ratio(self.target_s, self.target_forwards, 1000.0, 3),
             "tokens_per_s": ratio(self.tokens, self.decode_s, 1.0, 2),
             "plain_steps": self.plain_steps,
+            "forced_tokens": self.forced_tokens,
             "speculative_share": ratio(self.drafter_drafts, self.target_forwards),
             "mean_draft_length": ratio(self.drafter_tokens, self.drafter_drafts),
             "switched_on_batch": self.switched_on_batch,
