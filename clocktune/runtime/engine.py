@@ -249,17 +249,20 @@ def _per_session_attention(
     if rows is None:  # a forward that is not the engine's (training, a drafter): plain sdpa
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     layer = module.layer_idx
+    grouped = getattr(module, "num_key_value_groups", 1) > 1
     outputs = []
     for row in rows:
         end = row.past + row.count
-        output, _ = sdpa_attention_forward(
-            module,
-            query[:, :, row.start : row.start + row.count],
-            row.session.keys[layer][:, :, :end],
-            row.session.values[layer][:, :, :end],
-            row.mask,
-            **kwargs,
-        )
+        keys, values = row.session.keys[layer][:, :, :end], row.session.values[layer][:, :, :end]
+        rows_query = query[:, :, row.start : row.start + row.count]
+        if grouped and row.count > 1:
+            # Several rows under a mask: transformers would copy the keys and values once per query head
+            # (repeat_kv); torch's own grouped-query sdpa reads them in place, with the same result.
+            output = torch.nn.functional.scaled_dot_product_attention(
+                rows_query, keys, values, attn_mask=row.mask, scale=kwargs.get("scaling"), enable_gqa=True
+            ).transpose(1, 2)
+        else:
+            output, _ = sdpa_attention_forward(module, rows_query, keys, values, row.mask, **kwargs)
         outputs.append(output)  # (1, count, heads, dim)
     return torch.cat(outputs, dim=1), None
 
