@@ -21,7 +21,9 @@ not).
 
 Model part (``--model CKPT``): the engine's mean batch (rows per forward), accuracy, and the end-of-speech to
 first-words p50 live, against the virtual clock's prediction for the same dialogues (charged with a profile measured
-here at batch 1, so it predicts a device that serves one session at a time).
+here at batch 1, so it predicts a device that serves one session at a time). With ``--one-token-steps`` the same
+sessions are served first decoding one token a forward (the grammar's forced tokens not fed with the step before
+them, as before jump-forward), for the live latency jump-forward saves under load, in the same run.
 """
 
 from __future__ import annotations
@@ -147,6 +149,9 @@ def main() -> None:
     parser.add_argument("--speed", type=float, default=1.0, help="replay the user side this many times faster")
     parser.add_argument("--call-bias", type=float, default=1.5, help="the model's call bias (the demo's)")
     parser.add_argument("--compare-eval", action="store_true", help="all of --data: served against eval --clock wall")
+    parser.add_argument(
+        "--one-token-steps", action="store_true", help="model part: first serve decoding one token a forward"
+    )
     parser.add_argument("--clients", default=None, help=argparse.SUPPRESS)  # the child process's mode
     parser.add_argument("--sessions", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)
@@ -185,6 +190,7 @@ def main() -> None:
 
 
 def _model_part(args: argparse.Namespace, timelines: list, by_id: dict, record: Path) -> None:
+    from clocktune.runtime import model_policy
     from clocktune.runtime.device_profiles import measure_device_profile
     from clocktune.runtime.play import run_policy
     from clocktune.runtime.policy_factories import load_policy_model, policy_factory
@@ -193,20 +199,30 @@ def _model_part(args: argparse.Namespace, timelines: list, by_id: dict, record: 
     from data_gen.backends import make_backend, session_backends
 
     loaded = load_policy_model(args.model)
-    factory = policy_factory("model", loaded=loaded, call_bias=args.call_bias)
-    live = LiveSessions(factory, "model", session_backends(), None, by_id, record)
-    played = _serve_and_play(live, args.data, args.model_sessions, args.speed)
-    count, broken, valid, accurate = _check_streams(played)
-    stats = factory.engine.stats
-    ended = [next(m for m in r["messages"] if m["kind"] == "ended") for r in played["results"]]
-    latencies = [e["latency_s"] for e in ended if e.get("latency_s") is not None]
-    print(f"model: {count} concurrent sessions over loopback, {played['seconds']:.1f} s")
-    print(
-        f"  engine: {stats.forwards} forwards ({stats.tokens:,} tokens fed, {stats.seconds:.1f} s in forwards),"
-        f" mean batch {stats.rows / max(stats.forwards, 1):.2f}, largest"
-        f" {max(stats.batch_sizes, default=0)}; accurate {accurate}/{count}; lost or reordered {broken}; valid"
-        f" {valid}/{count}"
-    )
+    jump_forward = model_policy.FORCED_DRAFT
+    live_p50 = {}
+    for early in [False, True] if args.one_token_steps else [True]:
+        label = "forced tokens fed early" if early else "one token a forward"
+        model_policy.FORCED_DRAFT = jump_forward if early else 0
+        try:
+            factory = policy_factory("model", loaded=loaded, call_bias=args.call_bias)
+            live = LiveSessions(factory, "model", session_backends(), None, by_id, record / label.replace(" ", "-"))
+            played = _serve_and_play(live, args.data, args.model_sessions, args.speed)
+        finally:
+            model_policy.FORCED_DRAFT = jump_forward
+        count, broken, valid, accurate = _check_streams(played)
+        stats = factory.engine.stats
+        ended = [next(m for m in r["messages"] if m["kind"] == "ended") for r in played["results"]]
+        latencies = [e["latency_s"] for e in ended if e.get("latency_s") is not None]
+        live_p50[label] = statistics.median(latencies) if latencies else float("nan")
+        print(f"model, {label}: {count} concurrent sessions over loopback, {played['seconds']:.1f} s")
+        print(
+            f"  engine: {stats.forwards} forwards ({stats.tokens:,} tokens fed, {stats.seconds:.1f} s in forwards),"
+            f" mean batch {stats.rows / max(stats.forwards, 1):.2f}, largest"
+            f" {max(stats.batch_sizes, default=0)}; accurate {accurate}/{count}; lost or reordered {broken}; valid"
+            f" {valid}/{count}; end of speech -> first words p50 live {live_p50[label]:.2f} s ({len(latencies)}"
+            " answered)"
+        )
     profile = measure_device_profile(loaded[0], "measured")
     played_ids = [timelines[index % len(timelines)] for index in range(args.model_sessions)]
     virtual = run_policy(
@@ -218,10 +234,9 @@ def _model_part(args: argparse.Namespace, timelines: list, by_id: dict, record: 
         concurrency=len(played_ids),
     )
     predicted = [r.latency_s for r in virtual.results if r.latency_s is not None]
-    live_p50 = statistics.median(latencies) if latencies else float("nan")
     virtual_p50 = statistics.median(predicted) if predicted else float("nan")
     print(
-        f"  end of speech -> first words p50: live {live_p50:.2f} s ({len(latencies)} answered), virtual clock's"
+        f"  end of speech -> first words p50: live {live_p50['forced tokens fed early']:.2f} s, virtual clock's"
         f" prediction {virtual_p50:.2f} s (profile measured here at batch 1: decode"
         f" {profile.decode_tokens_per_s:.1f} tokens/s)"
     )

@@ -383,14 +383,9 @@ class SpeculationStats:
             self.agreed[position] += position < accepted
 
     def merge(self, other: SpeculationStats) -> None:
-        """Adds another run's counts to these.
-
-        Args:
-            other: Stats of the same drafter.
-        """
-        for name in ("actions", "tokens", "decode_s", "target_forwards", "target_s", "drafts", "drafted"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("accepted", "draft_s", "plain_steps", "drafter_drafts", "drafter_tokens", "forced_tokens"):
+        """Adds the counts of ``other``, another run's stats of the same drafter, to these."""
+        counts = ("actions", "tokens", "decode_s", "target_forwards", "target_s", "drafts", "drafted", "accepted")
+        for name in (*counts, "draft_s", "plain_steps", "drafter_drafts", "drafter_tokens", "forced_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.switched_on_batch = max(self.switched_on_batch, other.switched_on_batch)
         for index in range(len(other.reached)):
