@@ -6,11 +6,13 @@ profile, virtual clock) against the scripted turn-based ``sync`` loop: live accu
 ``sync``, and the gain over the start with its paired 95% interval (the same dialogues, resampled). Then the recipe's λ
 again with speculation in the rollouts (``--draft``), on the same seeds, in EfficientRollout's columns: rollout seconds
 per step, end-to-end seconds per step, the reduction, acceptance, and the final live accuracy inside the plain run's
-paired interval or not. The learning curves (success and latency p50 of the rollouts per step) go to ``--figure``.
+paired interval or not. With ``--one-token-steps`` the recipe's λ is also trained with rollouts decoded one token a
+forward (the grammar's forced tokens not fed early, as before jump-forward), the base of the reduction column: the
+same rollouts, so the same training, in more forwards. The learning curves (success and latency p50 of the rollouts per step) go to ``--figure``.
 
     .venv/bin/python scripts/bench_rl.py --checkpoint runs/demo/checkpoint --train-data runs/demo/data/train/data \
         --eval-data runs/demo/data/eval/data --steps 20 [--lambdas 0.1 0] [--draft prompt_lookup] --out runs/bench-rl \
-        [--learning_rate 3e-4 --live_eval_steps 10 ...]
+        [--one-token-steps] [--learning_rate 3e-4 --live_eval_steps 10 ...]
 
 Arguments the benchmark does not know go to every GRPO run, after the recipe's and over them.
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from clocktune.clock import PROFILES
 from clocktune.rendered_dataset import load_timeline_files
+from clocktune.runtime import model_policy
 from clocktune.runtime.play import PolicyRun, run_policy
 from clocktune.runtime.policy_factories import load_policy_model, policy_factory
 from clocktune.runtime.report import accuracy_delta_ci95, paired_bootstrap
@@ -107,14 +110,15 @@ def plot(curves: dict[str, list[dict]], path: Path) -> None:
 
 
 def speculation_table(
-    curves: dict[str, list[dict]], live: dict[str, PolicyRun], plain: str, drafted: str, draft: str
+    curves: dict[str, list[dict]], live: dict[str, PolicyRun], rows: list[tuple[str, str]], plain: str, drafted: str
 ) -> None:
-    """EfficientRollout's columns for the plain and the speculative run of the recipe's λ, and the paired interval of
-    their final live accuracies."""
+    """EfficientRollout's columns for the runs of the recipe's λ (``rows``: (name, run label), the first the base of
+    the reduction), and the paired interval of the speculative run's final live accuracy against the plain run's."""
     print("\n| rollouts | rollout s/step | end-to-end s/step | reduction | acceptance | switched on at batch |")
     print("|---|---|---|---|---|---|")
-    base_rollout = statistics.fmean(_per_step(curves[plain], "rollout/seconds"))
-    for name, history in (("plain", curves[plain]), (draft, curves[drafted])):
+    base_rollout = statistics.fmean(_per_step(curves[rows[0][1]], "rollout/seconds"))
+    for name, label in rows:
+        history = curves[label]
         rollout = statistics.fmean(_per_step(history, "rollout/seconds"))
         step_times = _per_step(history, "step_time")
         step = statistics.fmean(step_times) if step_times else float("nan")
@@ -127,7 +131,7 @@ def speculation_table(
     low, high = accuracy_delta_ci95(
         [r.accurate for r in live[drafted].results], [r.accurate for r in live[plain].results]
     )
-    print(f"final live accuracy with {draft} minus plain: paired 95% [{low:+.2f}, {high:+.2f}]")
+    print(f"final live accuracy with {rows[-1][0]} minus plain: paired 95% [{low:+.2f}, {high:+.2f}]")
 
 
 def main() -> None:
@@ -141,6 +145,9 @@ def main() -> None:
     parser.add_argument("--lambdas", type=float, nargs="+", default=[0.1, 0.0], help="the first is the recipe's")
     parser.add_argument(
         "--draft", default="prompt_lookup", help="the rollouts' drafter in the speculation run (none: no such run)"
+    )
+    parser.add_argument(
+        "--one-token-steps", action="store_true", help="also the recipe's λ with rollouts decoded one token a forward"
     )
     parser.add_argument("--out", default="runs/bench-rl")
     parser.add_argument("--figure", default="docs/figures/rl-curves.png")
@@ -156,17 +163,30 @@ def main() -> None:
     print(live_row("start", live["start"], sync, None))
     save_live(live, out / "live.json")
     curves = {}
-    runs = [(f"λ={weight:g}", weight, "none") for weight in args.lambdas]
+    first = f"λ={args.lambdas[0]:g}"
+    runs = [(f"λ={weight:g}", weight, "none", False) for weight in args.lambdas]
+    if args.one_token_steps:  # the recipe's λ again, its rollouts decoded one token a forward, on the same seeds
+        runs.insert(0, (f"{first} one token a forward", args.lambdas[0], "none", True))
     if args.draft != "none":  # the recipe's λ again, with speculation in the rollouts, on the same seeds
-        runs.append((f"λ={args.lambdas[0]:g} {args.draft}", args.lambdas[0], args.draft))
-    for label, latency_weight, draft in runs:
+        runs.append((f"{first} {args.draft}", args.lambdas[0], args.draft, False))
+    jump_forward = model_policy.FORCED_DRAFT
+    for label, latency_weight, draft, one_token in runs:
         folder = out / (f"lambda-{latency_weight:g}" + ("" if draft == "none" else f"-{draft}"))
-        curves[label] = train(args, folder, latency_weight, draft)
+        folder = folder.with_name(folder.name + "-one-token") if one_token else folder
+        model_policy.FORCED_DRAFT = 0 if one_token else jump_forward
+        try:
+            curves[label] = train(args, folder, latency_weight, draft)
+        finally:
+            model_policy.FORCED_DRAFT = jump_forward
         live[label] = play(str(folder), timelines)
         print(live_row(label, live[label], sync, live["start"]))
         save_live(live, out / "live.json")
-    if args.draft != "none":
-        speculation_table(curves, live, runs[0][0], runs[-1][0], args.draft)
+    if args.draft != "none" or args.one_token_steps:
+        rows = [("one token a forward", runs[0][0])] if args.one_token_steps else []
+        rows.append(("plain", first))
+        if args.draft != "none":
+            rows.append((args.draft, runs[-1][0]))
+        speculation_table(curves, live, rows, first, rows[-1][1])
     plot(curves, Path(args.figure))
 
 
