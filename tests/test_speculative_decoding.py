@@ -101,7 +101,7 @@ def test_plain_decoding_under_the_grammar_feeds_its_forced_tokens_with_the_step_
     assert actions == one_by_one
     forced = sum(s.forced_tokens for s in fast)
     assert forced > 0 and sum(s.forced_tokens for s in slow) == 0
-    # A forced token is the only one the grammar allows where it stands, so each fed early saves its own forward.
+    # A forced token is the grammar's only continuation where it stands: each fed early is accepted and saves a forward.
     assert sum(s.target_forwards for s in slow) - sum(s.target_forwards for s in fast) == forced
     assert sum(s.tokens for s in fast) == sum(s.tokens for s in slow)
     assert all(s.drafts == 0 for s in fast)  # no drafter: the forced tokens are nobody's draft to count
