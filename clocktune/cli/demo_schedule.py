@@ -33,16 +33,18 @@ __all__ = [
 # by its pace (3.37x the quiet step): 3 s. The live phases play through the model engine (50 sessions a forward since
 # 2026-12-05): measured quiet on 2026-12-05 beside the scoring, side by side, they took 0.68x its time (94.6 s against
 # 139.3 s on the demo's checkpoint and 50 held-out dialogues), so 0.68 x 90 s here, and the sync-teacher model's 230/220
-# of that as on 2026-12-03. The trainings are counted in steps (their quiet pace below) plus loading and saving.
+# of that as on 2026-12-03; since 2026-12-07 both divided by 1.21, what feeding the grammar's forced tokens early
+# saved at batch 50 on the same checkpoint and dialogues (69.6 s against 57.6 s, BENCHMARKS.md "Jump-forward").
+# The trainings are counted in steps (their quiet pace below) plus loading and saving.
 QUIET_PHASES: dict[str, float] = {
     "generate the dialogues": 5.0,
     "score the untrained model": 90.0,
     "train the model": 880.0,
     "score the trained model": 90.0,
-    "play it live": 61.0,
+    "play it live": 50.0,
     "generate the turn-based teacher's dialogues": 5.0,
     "train the sync-teacher model": 1000.0,
-    "play the sync-teacher model live": 64.0,
+    "play the sync-teacher model live": 53.0,
 }
 TRAININGS = ("train the model", "train the sync-teacher model")
 # The phases of the sync-teacher model (``--no-sync-model`` skips them).
