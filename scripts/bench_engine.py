@@ -33,8 +33,8 @@ import torch
 
 from clocktune.clock import PROFILES
 from clocktune.rendered_dataset import load_timeline_files
-from clocktune.runtime import model_policy
 from clocktune.runtime.engine import Engine, Forward
+from clocktune.runtime.model_policy import one_token_a_forward
 from clocktune.runtime.play import run_policy
 from clocktune.runtime.policy_factories import load_policy_model, policy_factory
 from clocktune.runtime.session import SessionConfig
@@ -55,16 +55,14 @@ def play_batches(
     print("|---|---|---|---|---|---|---|---|---|---|")
     reference = None
     first_seconds = None
-    jump_forward = model_policy.FORCED_DRAFT
     one_token: dict[int, float] = {}  # wall seconds of a batch size decoded one token a forward
     arms = [(b, early) for b in batch_sizes for early in ([False, True] if one_token_steps else [True])]
     for batch_size, early in arms:
-        model_policy.FORCED_DRAFT = jump_forward if early else 0
         factory = policy_factory("model", loaded=(model, tokenizer), call_bias=call_bias, batch_size=batch_size)
         started = time.perf_counter()
-        run = run_policy("model", timelines, factory, make_backend, config, concurrency=len(timelines))
+        with one_token_a_forward(not early):
+            run = run_policy("model", timelines, factory, make_backend, config, concurrency=len(timelines))
         seconds = time.perf_counter() - started
-        model_policy.FORCED_DRAFT = jump_forward
         first_seconds = first_seconds or seconds
         logs = [log.timeline.events for log in run.logs]
         if reference is None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from clocktune.clock import PROFILES
 from clocktune.rendered_dataset import load_timeline_files
-from clocktune.runtime import model_policy
+from clocktune.runtime.model_policy import one_token_a_forward
 from clocktune.runtime.play import PolicyRun, run_policy
 from clocktune.runtime.policy_factories import load_policy_model, policy_factory
 from clocktune.runtime.report import accuracy_delta_ci95, paired_bootstrap
@@ -110,7 +110,7 @@ def plot(curves: dict[str, list[dict]], path: Path) -> None:
 
 
 def speculation_table(
-    curves: dict[str, list[dict]], live: dict[str, PolicyRun], rows: list[tuple[str, str]], plain: str, drafted: str
+    curves: dict[str, list[dict]], live: dict[str, PolicyRun], rows: list[tuple[str, str]], plain: str
 ) -> None:
     """EfficientRollout's columns for the runs of the recipe's λ (``rows``: (name, run label), the first the base of
     the reduction), and the paired interval of the speculative run's final live accuracy against the plain run's."""
@@ -128,10 +128,12 @@ def speculation_table(
             f"| {name} | {rollout:.1f} | {step:.1f} | {1 - rollout / base_rollout:+.1%} | {acceptance:.3f} "
             f"| {switched:g} |"
         )
-    low, high = accuracy_delta_ci95(
-        [r.accurate for r in live[drafted].results], [r.accurate for r in live[plain].results]
-    )
-    print(f"final live accuracy with {rows[-1][0]} minus plain: paired 95% [{low:+.2f}, {high:+.2f}]")
+    name, drafted = rows[-1]
+    if drafted != plain:  # a speculative run to compare (not only the one-token run before plain)
+        low, high = accuracy_delta_ci95(
+            [r.accurate for r in live[drafted].results], [r.accurate for r in live[plain].results]
+        )
+        print(f"final live accuracy with {name} minus plain: paired 95% [{low:+.2f}, {high:+.2f}]")
 
 
 def main() -> None:
@@ -169,15 +171,11 @@ def main() -> None:
         runs.insert(0, (f"{first} one token a forward", args.lambdas[0], "none", True))
     if args.draft != "none":  # the recipe's λ again, with speculation in the rollouts, on the same seeds
         runs.append((f"{first} {args.draft}", args.lambdas[0], args.draft, False))
-    jump_forward = model_policy.FORCED_DRAFT
     for label, latency_weight, draft, one_token in runs:
         folder = out / (f"lambda-{latency_weight:g}" + ("" if draft == "none" else f"-{draft}"))
         folder = folder.with_name(folder.name + "-one-token") if one_token else folder
-        model_policy.FORCED_DRAFT = 0 if one_token else jump_forward
-        try:
+        with one_token_a_forward(one_token):
             curves[label] = train(args, folder, latency_weight, draft)
-        finally:
-            model_policy.FORCED_DRAFT = jump_forward
         live[label] = play(str(folder), timelines)
         print(live_row(label, live[label], sync, live["start"]))
         save_live(live, out / "live.json")
@@ -186,7 +184,7 @@ def main() -> None:
         rows.append(("plain", first))
         if args.draft != "none":
             rows.append((args.draft, runs[-1][0]))
-        speculation_table(curves, live, rows, first, rows[-1][1])
+        speculation_table(curves, live, rows, first)
     plot(curves, Path(args.figure))
 
 

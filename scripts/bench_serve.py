@@ -190,8 +190,8 @@ def main() -> None:
 
 
 def _model_part(args: argparse.Namespace, timelines: list, by_id: dict, record: Path) -> None:
-    from clocktune.runtime import model_policy
     from clocktune.runtime.device_profiles import measure_device_profile
+    from clocktune.runtime.model_policy import one_token_a_forward
     from clocktune.runtime.play import run_policy
     from clocktune.runtime.policy_factories import load_policy_model, policy_factory
     from clocktune.runtime.session import SessionConfig
@@ -199,17 +199,13 @@ def _model_part(args: argparse.Namespace, timelines: list, by_id: dict, record: 
     from data_gen.backends import make_backend, session_backends
 
     loaded = load_policy_model(args.model)
-    jump_forward = model_policy.FORCED_DRAFT
     live_p50 = {}
     for early in [False, True] if args.one_token_steps else [True]:
         label = "forced tokens fed early" if early else "one token a forward"
-        model_policy.FORCED_DRAFT = jump_forward if early else 0
-        try:
-            factory = policy_factory("model", loaded=loaded, call_bias=args.call_bias)
-            live = LiveSessions(factory, "model", session_backends(), None, by_id, record / label.replace(" ", "-"))
+        factory = policy_factory("model", loaded=loaded, call_bias=args.call_bias)
+        live = LiveSessions(factory, "model", session_backends(), None, by_id, record / label.replace(" ", "-"))
+        with one_token_a_forward(not early):
             played = _serve_and_play(live, args.data, args.model_sessions, args.speed)
-        finally:
-            model_policy.FORCED_DRAFT = jump_forward
         count, broken, valid, accurate = _check_streams(played)
         stats = factory.engine.stats
         ended = [next(m for m in r["messages"] if m["kind"] == "ended") for r in played["results"]]

@@ -87,16 +87,15 @@ def test_greedy_speculative_actions_equal_plain_greedy_token_for_token_for_every
 
 
 def test_plain_decoding_under_the_grammar_feeds_its_forced_tokens_with_the_step_before_and_writes_the_same_actions(
-    generated, tiny_four_layer_model, monkeypatch
+    generated, tiny_four_layer_model
 ):
-    import clocktune.runtime.model_policy as model_policy
+    from clocktune.runtime.model_policy import one_token_a_forward
 
     model, tokenizer = tiny_four_layer_model
     timelines = _short(generated)
     # The call bias makes the random model call while the user speaks: a call's keys and id are forced text.
-    monkeypatch.setattr(model_policy, "FORCED_DRAFT", 0)  # a token a forward, as before jump-forward
-    one_by_one, slow = _play(model, tokenizer, timelines, None, True, call_bias=1e4)
-    monkeypatch.undo()
+    with one_token_a_forward():  # as before jump-forward
+        one_by_one, slow = _play(model, tokenizer, timelines, None, True, call_bias=1e4)
     actions, fast = _play(model, tokenizer, timelines, None, True, call_bias=1e4)
     assert actions == one_by_one
     forced = sum(s.forced_tokens for s in fast)

@@ -49,11 +49,12 @@ engine computes it once and each session starts from a copy, as serving engines'
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,23 @@ from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
 # It bounds the visibility list a step needs; forced runs average 3.2 tokens on the demo's checkpoint, and a longer
 # one goes in over two steps.
 FORCED_DRAFT = 8
+
+
+@contextlib.contextmanager
+def one_token_a_forward(on: bool = True) -> Iterator[None]:
+    """Inside the block (when ``on``), plain decoding feeds forced tokens one a forward, as before jump-forward
+    (``FORCED_DRAFT`` 0): the baseline the benchmarks measure jump-forward against in the same run.
+
+    Args:
+        on: ``False`` leaves decoding as it is (an arm that keeps jump-forward).
+    """
+    global FORCED_DRAFT
+    previous = FORCED_DRAFT
+    FORCED_DRAFT = 0 if on else previous
+    try:
+        yield
+    finally:
+        FORCED_DRAFT = previous
 
 
 class ModelPolicy:
