@@ -114,6 +114,31 @@ def test_each_rollouts_completion_is_the_renderers_ids_of_its_session_log_and_on
     assert trainer._metrics["train"]["rollout/seconds"][0] > 0
 
 
+def test_rollouts_hand_their_continuation_temperature_to_every_sessions_policy(
+    generated, tiny_chatml_model, tmp_path, monkeypatch
+):
+    from clocktune.runtime.model_policy import ModelPolicy
+
+    model, tokenizer = tiny_chatml_model
+    tasks = _tasks(generated, 1)
+    args = ClockGRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, rollout_turn_limit_s=1.0, rollout_max_notices=2,
+        rollout_continuation_temperature=0.0,
+    )  # fmt: skip
+    seen = []
+    close = ModelPolicy.close
+
+    def keep_temperatures(policy):
+        seen.append((policy.temperature, policy.continuation_temperature))
+        close(policy)
+
+    monkeypatch.setattr(ModelPolicy, "close", keep_temperatures)
+    RuntimeRollouts(tasks, tokenizer, args, make_backend, StreamingRows()).play(model, [tasks[0].id] * 2, 0)
+    assert seen == [(1.0, 0.0), (1.0, 0.0)]
+    with pytest.raises(ValueError, match="rollout_continuation_temperature"):
+        ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True, rollout_continuation_temperature=-1.0)
+
+
 def test_at_step_zero_the_trainers_logprobs_equal_the_rollouts_and_differ_from_a_padding_mask(
     generated, checkpoint, tmp_path
 ):

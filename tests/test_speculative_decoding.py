@@ -27,12 +27,12 @@ from clocktune.runtime.speculation_costs import resolve_drafter
 from clocktune.runtime.speculation_runs import ALWAYS
 from clocktune.runtime.speculative import (
     DraftLength,
-    SamplingNoise,
     SpeculationCosts,
     break_even_acceptance,
     draft_pays,
     expected_speedup,
 )
+from clocktune.runtime.token_picking import SamplingNoise
 from data_gen.backends import make_backend
 from tests.model_probe import ModelProbe
 from tests.tiny_models import TINY

@@ -23,11 +23,11 @@ policy as it evolves. One small interface (:class:`Drafter`: ``session()`` per p
 
 A drafter's work is written as the engine's model work (``engine.ModelWork``): it yields the forwards it needs and
 the engine batches them with other sessions' (a layer-skip drafter's shallow forwards with each other, a quantized
-drafter's with each other in its engine). Sampled drafts use the action's noise (``speculative.SamplingNoise``), the
+drafter's with each other in its engine). Sampled drafts use the action's noise (``token_picking.SamplingNoise``), the
 target's own, so they agree with the target's draws as often as the two distributions allow.
 
 The grammar's forced tokens (keys, the call id: text only one way to go on) are a free draft the policy puts in
-front of any drafter's (``speculative.TokenPicker.forced``).
+front of any drafter's (``token_picking.TokenPicker.forced``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from clocktune.runtime.engine import Engine, EngineSession, Forward, decoder_layers
-from clocktune.runtime.speculative import SamplingNoise
+from clocktune.runtime.token_picking import SamplingNoise
 
 __all__ = [
     "DRAFTERS",

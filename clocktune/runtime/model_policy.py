@@ -35,7 +35,7 @@ emitted, so the action is the one plain decoding writes (greedy: token for token
 draft length climbs a ladder with the session's measured acceptance, and drafting stops where the cost model says it
 does not pay at the engine's active batch (EfficientRollout's system-aware speculation): drafts and verifications are
 forwards of the engine like any other, packed with the other sessions' work. Sampling draws each token with its
-position's own noise (``speculative.SamplingNoise``), so a sampled action, too, is the same whether drafted or not and
+position's own noise (``token_picking.SamplingNoise``), so a sampled action, too, is the same whether drafted or not and
 at whatever batch.
 
 ``call_bias`` moves the policy's operating point between speed and accuracy: it is added to the call marker's logit
@@ -67,15 +67,8 @@ from clocktune.runtime.action_grammar import CallBook, action_grammar, start_mat
 from clocktune.runtime.drafters import Draft, Drafter, DraftRequest, DraftWork, call_skeletons
 from clocktune.runtime.engine import Engine, EngineSession, Forward, ModelWork
 from clocktune.runtime.policy import Decision
-from clocktune.runtime.speculative import (
-    LADDER,
-    DraftLength,
-    SamplingNoise,
-    SpeculationCosts,
-    SpeculationStats,
-    TokenPicker,
-    acceptance_prior,
-)
+from clocktune.runtime.speculative import LADDER, DraftLength, SpeculationCosts, SpeculationStats, acceptance_prior
+from clocktune.runtime.token_picking import SamplingNoise, TokenPicker
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
 
 # Most grammar-forced tokens fed with one decode step when no drafter is on (with one, the ladder's longest draft).
@@ -122,6 +115,9 @@ class ModelPolicy:
         decoding: Decoding metrics shared by the policies of one model (a fresh one when ``None``).
         temperature: 0 decodes greedily; above, tokens are sampled from ``softmax(logits / T)`` (under the grammar
             when constrained), each with its position's own noise, so that speculation never changes the draw.
+        continuation_temperature: The temperature past an action's first token, which names its kind (wait, call,
+            modify, commit, say...). ``None``: ``temperature`` throughout; 0 with ``temperature > 0`` samples which
+            action to take, and when, and writes its content greedily (GRPO's ``rollout_continuation_temperature``).
         seed: Seed of the sampling noise (with the timeline's seed and the action's index).
         max_draft: Longest draft (the ladder's rungs up to it).
         margin: Speculate only while the expected speedup exceeds ``1 + margin``.
@@ -147,6 +143,7 @@ class ModelPolicy:
         costs: SpeculationCosts | None = None,
         decoding: SpeculationStats | None = None,
         temperature: float = 0.0,
+        continuation_temperature: float | None = None,
         seed: int = 0,
         max_draft: int = 6,
         margin: float = 0.1,
@@ -184,6 +181,7 @@ class ModelPolicy:
         # Where decoding time goes, for benchmarks: single-token forwards and the grammar's share.
         self.stats = {"actions": 0, "tokens": 0, "step_forwards": 0, "step_s": 0.0, "grammar_s": 0.0}
         self.temperature = temperature
+        self.continuation_temperature = temperature if continuation_temperature is None else continuation_temperature
         self.seed = seed
         self.timeline_seed = timeline.seed
         self.actions_decoded = 0  # the index of the next action, which keys its sampling noise
@@ -303,10 +301,10 @@ class ModelPolicy:
         decode_started = started = time.perf_counter()
         matcher = None if self.grammar is None else start_matcher(self.tokenizer, self.grammar, self.calls)
         noise = None
-        if self.temperature > 0:
+        if max(self.temperature, self.continuation_temperature) > 0:
             noise = SamplingNoise((self.seed, self.timeline_seed, self.actions_decoded))
         self.actions_decoded += 1
-        picker = TokenPicker(matcher, self.max_new_tokens, self.temperature, noise)
+        picker = TokenPicker(matcher, self.max_new_tokens, self.temperature, noise, self.continuation_temperature)
         generated: list[int] = []
         first_words_at = None
         rows, draft = logits[None], Draft([])
@@ -433,7 +431,7 @@ class ModelPolicy:
                 gamma=gamma,
                 end_id=self.end_id,
                 system=len(self.system_ids),
-                temperature=self.temperature,
+                temperature=self.continuation_temperature,  # a draft follows the action's first token
                 noise=picker.noise,
                 written=len(generated) + len(forced),
                 corpus=self.draft_corpus,

@@ -228,6 +228,7 @@ class RuntimeRollouts:
                 costs=self.costs,
                 decoding=decoding,
                 temperature=self.args.temperature,
+                continuation_temperature=self.args.rollout_continuation_temperature,
                 seed=seeds[timeline.id],
                 call_bias=self.args.rollout_call_bias,
             )

@@ -36,6 +36,11 @@ class ClockGRPOConfig(GRPOConfig):
             Device profile the virtual clock charges during rollouts (a built-in name or a profile file).
         rollout_call_bias (`float`, *optional*, defaults to `0.0`):
             The policy's bias toward calling while the user speaks, during rollouts and live evaluation.
+        rollout_continuation_temperature (`float`, *optional*):
+            The rollouts' temperature past each action's first token, the one that names its kind (wait, call,
+            modify, commit, say...); unset: ``temperature`` throughout. 0 samples only which action to take, and
+            when, and writes each action's content greedily, as live evaluation does: the rollouts of a task then
+            differ in their decisions, not in sampled words and arguments.
         rollout_draft (`str`, *optional*, defaults to `"none"`):
             Drafter of the rollouts' speculative decoding (``prompt_lookup``, ``layer_skip``, ``int8``...), toggled by
             the engine's active batch; what is sampled does not depend on it.
@@ -81,6 +86,9 @@ class ClockGRPOConfig(GRPOConfig):
     notice_penalty: float = field(default=0.1, metadata={"help": "Reward lost per notice."})
     rollout_profile: str = field(default="phone-135m", metadata={"help": "Device profile of the rollouts' clock."})
     rollout_call_bias: float = field(default=0.0, metadata={"help": "Call bias of the rollouts and live evaluation."})
+    rollout_continuation_temperature: float | None = field(
+        default=None, metadata={"help": "Temperature past an action's first token (unset: temperature)."}
+    )
     rollout_draft: str = field(default="none", metadata={"help": "Drafter of the rollouts' speculative decoding."})
     rollout_profile_costs: str | None = field(
         default=None, metadata={"help": "A profile file whose speculation section prices the drafts."}
@@ -115,5 +123,7 @@ class ClockGRPOConfig(GRPOConfig):
         super().__post_init__()
         if self.latency_weight < 0 or self.violation_penalty < 0 or self.notice_penalty < 0:
             raise ValueError("latency_weight, violation_penalty and notice_penalty are penalties: give them >= 0")
+        if self.rollout_continuation_temperature is not None and self.rollout_continuation_temperature < 0:
+            raise ValueError("rollout_continuation_temperature must be >= 0 (0: greedy past an action's first token)")
         if self.live_eval_steps > 0 and not self.live_eval_data:
             raise ValueError("live_eval_steps is set but live_eval_data is empty: name held-out timelines")
