@@ -129,3 +129,23 @@ def test_demo_plays_the_sync_teacher_model_beside_the_speculative_one_and_checks
     assert printed[headline + 1].startswith("the sync-teacher model (the recipe on turn-based dialogues) completed")
     assert ("goal: within 2 points at >= 80%: " + ("met" if goal["met"] else "not met")) in printed[headline + 1]
     assert f"(95% CI {100 * low:+.1f} to {100 * high:+.1f})" in printed[headline + 1]
+
+
+def test_a_demo_whose_recipe_asks_for_a_push_uploads_its_model_with_its_live_results_and_not_the_sync_model(
+    played, hub
+):
+    from clocktune.cli.demo import _recipe, make_parser, push_demo_model
+
+    out, summary, _ = played
+    args = make_parser().parse_args(["--out", str(out)])
+    # The recipe as main() parses it for the speculative model, with the push asked for.
+    _, training_args, _ = _recipe(args, out / "data" / "train", out / "checkpoint", ["--push_to_hub", "true"])
+    assert push_demo_model(training_args, out) is not None
+    files = hub.files(f"mock-user/{out.name}")  # no hub_model_id: the demo folder's name, in the token's namespace
+    assert "adapter_model.safetensors" in files and "README.md" in files
+    assert files["adapter_model.safetensors"] == (out / "checkpoint" / "adapter_model.safetensors").read_bytes()
+    assert f"value: {summary['live_accuracy']}" in files["README.md"].decode()  # the live result, on the card
+    assert hub.calls["commit"] == 1  # one model went up: the sync-teacher reference stays local
+    # Not asked for: nothing is pushed.
+    _, quiet_args, _ = _recipe(args, out / "data" / "train", out / "checkpoint")
+    assert push_demo_model(quiet_args, out) is None

@@ -41,6 +41,7 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import TrainerCallback
@@ -48,6 +49,7 @@ from transformers import TrainerCallback
 from clocktune.atomic import atomic_write_lines
 from clocktune.cli.arguments import add_batch_size_flag, add_constrained_flag
 from clocktune.cli.demo_schedule import QUIET_PHASES, SYNC_PHASES, DemoSchedule, EtaCallback, StepTimer, TimeBudget
+from clocktune.cli.train_push import push_trained
 from clocktune.clock import PROFILES
 from clocktune.train.cpu_share import FairShare, FairShareCallback
 
@@ -553,7 +555,30 @@ def main(argv: list[str] | None = None) -> dict:
     atomic_write_lines(out / "summary.json", [json.dumps(summary, indent=2) + "\n"])
     for line in _final_lines(summary, args, note, out / "summary.json"):
         print(line)
+    push_demo_model(training_args, out)
     return summary
+
+
+def push_demo_model(training_args: Any, out: Path) -> str | None:
+    """The recipe's ``push_to_hub``, once the demo is done: the speculative model, with its live results on the card.
+
+    Only ``OUT/checkpoint`` goes up: the sync-teacher model is the reference it is held to, trained with the same
+    recipe (and so the same ``hub_model_id``), and stays local. The repo is ``hub_model_id``, or the demo folder's
+    name when unset (``OUT/checkpoint`` would name every demo's repo ``checkpoint``). The push comes last, after
+    everything is written, so that a refused push loses nothing.
+
+    Args:
+        training_args: The main model's parsed recipe.
+        out: The demo's folder (its ``checkpoint`` and ``summary.json``).
+
+    Returns:
+        The URL of the commit, or ``None`` when the recipe did not ask for a push.
+    """
+    if not training_args.push_output_to_hub:
+        return None
+    if not training_args.hub_model_id:
+        training_args.hub_model_id = out.absolute().name
+    return push_trained(training_args, eval_summary=out / "summary.json")
 
 
 if __name__ == "__main__":

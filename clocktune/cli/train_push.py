@@ -17,7 +17,7 @@ from typing import Any
 __all__ = ["push_trained"]
 
 
-def push_trained(training_args: Any) -> str | None:
+def push_trained(training_args: Any, eval_summary: str | Path | None = None) -> str | None:
     """Uploads ``output_dir`` after training when the recipe set ``push_to_hub``; on the main process only.
 
     What goes up is what ``clocktune push --checkpoint OUTPUT_DIR`` uploads: the allow-listed files (the saved model
@@ -29,6 +29,7 @@ def push_trained(training_args: Any) -> str | None:
 
     Args:
         training_args: The parsed ``ClockSFTConfig`` or ``ClockGRPOConfig`` (the second item ``run`` returns).
+        eval_summary: A ``summary.json`` whose live results go on the card (``clocktune demo``'s); ``None``: none.
 
     Returns:
         The URL of the commit, or ``None`` when nothing was pushed (not asked for, or not the main process).
@@ -52,7 +53,7 @@ def push_trained(training_args: Any) -> str | None:
         output_dir,
         training_args.hub_model_id or Path(output_dir).absolute().name,
         private=training_args.hub_private_repo,
-        card_info=card_info_for(output_dir),
+        card_info=card_info_for(output_dir, eval_summary_path=eval_summary),
         revision=training_args.hub_revision,
         token=training_args.hub_token,
     )
