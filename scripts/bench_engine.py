@@ -41,18 +41,38 @@ from clocktune.runtime.session import SessionConfig
 from data_gen.backends import make_backend
 
 
+def operator_split(events, steps: int = 1) -> dict[str, float]:
+    """Milliseconds per step in matrix products, attention and other operators, from a profile's ``key_averages``
+    (self time, so that nothing is counted twice)."""
+
+    def per_step(keep) -> float:
+        return sum(event.self_cpu_time_total for event in events if keep(event.key)) / steps / 1e3
+
+    matmul = per_step(lambda key: key in ("aten::mm", "aten::addmm", "aten::bmm"))
+    attention = per_step(lambda key: "scaled_dot_product" in key)
+    return {"matmul": matmul, "attention": attention, "other": per_step(lambda key: True) - matmul - attention}
+
+
 def play_batches(
-    model, tokenizer, timelines, batch_sizes: list[int], call_bias: float, one_token_steps: bool = False
+    model,
+    tokenizer,
+    timelines,
+    batch_sizes: list[int],
+    call_bias: float,
+    one_token_steps: bool = False,
+    profile: bool = False,
 ) -> None:
     """Part 1: the same sessions at each batch size (and, with ``one_token_steps``, each first decoded one token a
-    forward); prints a table and the sessions whose logs differ from the first row's."""
+    forward); prints a table and the sessions whose logs differ from the first row's. ``in forwards s`` is the
+    engine's own time in packed forwards; the rest of the wall time is the sessions' Python (policy, grammar,
+    runtime). With ``profile`` each arm runs again under torch's profiler, which splits it by operator."""
     config = SessionConfig(device=PROFILES["phone-135m"])
     print(f"{len(timelines)} dialogues, {torch.get_num_threads()} torch threads, call bias {call_bias:g}")
     print(
-        "| batch | forced tokens fed early | wall s | sessions/s | action tokens/s | forwards | mean batch | tokens fed "
-        "| live accuracy | logs as the first row |"
+        "| batch | forced tokens fed early | wall s | in forwards s | sessions/s | action tokens/s | forwards "
+        "| mean batch | tokens fed | live accuracy | logs as the first row |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     reference = None
     first_seconds = None
     one_token: dict[int, float] = {}  # wall seconds of a batch size decoded one token a forward
@@ -71,7 +91,8 @@ def play_batches(
         stats = factory.engine.stats
         tokens = factory.decoding.tokens
         print(
-            f"| {batch_size} | {factory.decoding.forced_tokens} | {seconds:.1f} | {len(timelines) / seconds:.3f} "
+            f"| {batch_size} | {factory.decoding.forced_tokens} | {seconds:.1f} | {stats.seconds:.1f} "
+            f"| {len(timelines) / seconds:.3f} "
             f"| {tokens / seconds:.1f} "
             f"| {stats.forwards} | {stats.rows / stats.forwards:.1f} | {stats.tokens} | {run.share('accurate'):.2f} "
             f"| {len(timelines) - len(differ)}/{len(timelines)} |"
@@ -79,6 +100,8 @@ def play_batches(
         if differ:
             print(f"  sessions whose log differs from the first row's: {differ}")
         print(f"  speedup over the first row: {first_seconds / seconds:.2f}x")
+        if profile:
+            print_profile(model, tokenizer, timelines, batch_size, call_bias, early, config)
         if not early:
             one_token[batch_size] = seconds
         elif batch_size in one_token:
@@ -86,6 +109,31 @@ def play_batches(
                 f"  forced tokens fed early, against one token a forward at batch {batch_size}: "
                 f"{one_token[batch_size] / seconds:.2f}x"
             )
+
+
+def print_profile(model, tokenizer, timelines, batch_size: int, call_bias: float, early: bool, config) -> None:
+    """Plays the arm again under torch's profiler and prints its seconds in matrix products, attention, other
+    operators and outside operators (the Python of sessions, policies and the engine's bookkeeping)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    factory = policy_factory("model", loaded=(model, tokenizer), call_bias=call_bias, batch_size=batch_size)
+    with one_token_a_forward(not early), profile(activities=[ProfilerActivity.CPU]) as prof:
+        started = time.perf_counter()
+        run_policy("model", timelines, factory, make_backend, config, concurrency=len(timelines))
+        wall = time.perf_counter() - started
+    events = prof.key_averages()
+    split = operator_split(events)
+    operators = sum(split.values()) / 1e3
+    print(
+        f"  under the profiler: {wall:.1f} s wall, in forwards {factory.engine.stats.seconds:.1f} s; matrix products "
+        f"{split['matmul'] / 1e3:.1f} s, attention {split['attention'] / 1e3:.1f} s, other operators "
+        f"{split['other'] / 1e3:.1f} s, outside operators {max(wall - operators, 0.0):.1f} s"
+    )
+    top = sorted(events, key=lambda event: event.self_cpu_time_total, reverse=True)[:10]
+    print(
+        "  operators by self time: "
+        + ", ".join(f"{e.key} {e.self_cpu_time_total / 1e6:.1f} s ({e.count})" for e in top)
+    )
 
 
 def median_seconds(run, repeats: int = 5, warmup: int = 1) -> float:
@@ -164,14 +212,9 @@ def decode_breakdown(model, context: int, steps: int = 8) -> None:
         for _ in range(steps):
             step()
         wall = (time.perf_counter() - started) / steps * 1e3
-    events = prof.key_averages()
-
-    def per_step(keep) -> float:  # ms a step of the operators whose name ``keep`` accepts
-        return sum(event.self_cpu_time_total for event in events if keep(event.key)) / steps / 1e3
-
-    matmul = per_step(lambda key: key in ("aten::mm", "aten::addmm", "aten::bmm"))
-    attention = per_step(lambda key: "scaled_dot_product" in key)
-    operators = per_step(lambda key: True)
+    split = operator_split(prof.key_averages(), steps)
+    matmul, attention = split["matmul"], split["attention"]
+    operators = sum(split.values())
     print(f"\none decode step at {context} tokens under the profiler, ms ({steps} steps):")
     print("| step (wall) | matrix products | attention | other operators | outside operators (Python) |")
     print("|---|---|---|---|---|")
@@ -241,6 +284,7 @@ def main() -> None:
     parser.add_argument(
         "--one-token-steps", action="store_true", help="part 1 also decodes one token a forward, before each batch"
     )
+    parser.add_argument("--profile", action="store_true", help="part 1 plays each arm again under torch's profiler")
     parser.add_argument("--contexts", type=int, nargs="*", default=[1100, 3000, 5000], help="part 2's context lengths")
     parser.add_argument("--rows", type=int, nargs="*", default=[1, 4, 16, 50], help="part 3's rows per matmul")
     args = parser.parse_args()
@@ -248,7 +292,7 @@ def main() -> None:
     model, tokenizer = load_policy_model(args.model)
     timelines = load_timeline_files([args.data])[: args.dialogues]
     if args.batch_sizes:
-        play_batches(model, tokenizer, timelines, args.batch_sizes, args.call_bias, args.one_token_steps)
+        play_batches(model, tokenizer, timelines, args.batch_sizes, args.call_bias, args.one_token_steps, args.profile)
     if args.contexts:
         decode_floor(model, args.contexts)
         decode_breakdown(model, args.contexts[0])
