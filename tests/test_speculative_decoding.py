@@ -106,6 +106,23 @@ def test_plain_decoding_under_the_grammar_feeds_its_forced_tokens_with_the_step_
     assert all(s.drafts == 0 for s in fast)  # no drafter: the forced tokens are nobody's draft to count
 
 
+def test_a_drafter_with_short_drafts_feeds_the_grammars_forced_runs_as_plain_decoding_does(
+    generated, tiny_four_layer_model
+):
+    model, tokenizer = tiny_four_layer_model
+    timelines = _short(generated)
+    plain_actions, plain = _play(model, tokenizer, timelines, None, True, call_bias=1e4)
+    # Longest draft 2, drafting priced out (a probe now and then): forced runs of up to FORCED_DRAFT tokens still go in
+    # with one step, as without a drafter; capped at the drafter's 2, every third forced token took a forward of its own.
+    actions, drafted = _play(
+        model, tokenizer, timelines, make_drafter("prompt_lookup", model), True, call_bias=1e4, max_draft=2, margin=1e9
+    )
+    assert actions == plain_actions
+    assert sum(s.forced_tokens for s in plain) > 0
+    # A probe's accepted draft may cover a forced position now and then (709 of 710 here; 522 when capped at 2).
+    assert sum(s.forced_tokens for s in drafted) >= 0.98 * sum(s.forced_tokens for s in plain)
+
+
 def test_model_driven_live_sessions_are_the_same_with_a_drafter(generated, tiny_four_layer_model):
     model, tokenizer = tiny_four_layer_model
     config = SessionConfig(max_notices=4, device=FAST)

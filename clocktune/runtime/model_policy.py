@@ -71,9 +71,10 @@ from clocktune.runtime.speculative import LADDER, DraftLength, SpeculationCosts,
 from clocktune.runtime.token_picking import SamplingNoise, TokenPicker
 from clocktune.timeline.events import AGENT_KINDS, Event, Timeline
 
-# Most grammar-forced tokens fed with one decode step when no drafter is on (with one, the ladder's longest draft).
-# It bounds the visibility list a step needs; forced runs average 3.2 tokens on the demo's checkpoint, and a longer
-# one goes in over two steps.
+# Most grammar-forced tokens fed with one decode step (with a drafter, the ladder's longest draft if that is longer;
+# the drafter's tokens follow them). It bounds the visibility list a step needs; forced runs average 3.2 tokens on the
+# demo's checkpoint, and a longer one goes in over two steps. A drafter once capped them at its longest draft (6),
+# so that speculation fed long forced runs in more forwards than plain decoding did.
 FORCED_DRAFT = 8
 
 
@@ -286,7 +287,7 @@ class ModelPolicy:
         limit = self.max_new_tokens + (self.wrap_up_tokens if self.grammar is not None else 0)
         times = rendering.time[kept:] + [t] * len(prompt)
         # Room in the visibility list for a step's forced and drafted tokens.
-        max_draft = 2 * self.draft_length.max_gamma if self.draft_length is not None else FORCED_DRAFT
+        max_draft = self._max_forced() + (self.draft_length.max_gamma if self.draft_length is not None else 0)
         until = rendering.visible_until + [math.inf] * (len(prompt) + limit + max_draft + 1)
         # No `torch.no_grad()` around the yields: grad mode is per thread, and a generator suspended inside it would
         # switch gradients off for whatever runs meanwhile (a training step beside a live evaluation). The forwards
@@ -395,6 +396,10 @@ class ModelPolicy:
                 return max(0, min(count, position - kept + 1))
         return count
 
+    def _max_forced(self) -> int:
+        # Forced tokens one step may feed: FORCED_DRAFT, or a drafter's longest draft where that is longer.
+        return max(FORCED_DRAFT, self.draft_length.max_gamma) if self.draft_length is not None else FORCED_DRAFT
+
     def _draft(
         self,
         context: list[int],
@@ -409,13 +414,11 @@ class ModelPolicy:
         # is off, and without any drafter), then the drafter's continuation when the cost model says it pays at the
         # engine's active batch.
         budget = limit - len(generated)
+        forced = picker.forced(min(self._max_forced(), budget))
+        self.decoding.forced_tokens += len(forced)
         if self.draft_length is None:
-            forced = picker.forced(min(FORCED_DRAFT, budget))
-            self.decoding.forced_tokens += len(forced)
             return Draft(forced, forced=len(forced))
         started = time.perf_counter()
-        forced = picker.forced(min(self.draft_length.max_gamma, budget))
-        self.decoding.forced_tokens += len(forced)
         batch = self.engine.active
         gamma = min(self.draft_length.choose(batch), budget - len(forced))
         if self.draft_length.on:
