@@ -25,6 +25,7 @@ of M decode steps can gain on this machine, since the linear layers are nearly a
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import time
@@ -78,11 +79,8 @@ def play_batches(
     one_token: dict[int, float] = {}  # wall seconds of a batch size decoded one token a forward
     arms = [(b, early) for b in batch_sizes for early in ([False, True] if one_token_steps else [True])]
     for batch_size, early in arms:
-        factory = policy_factory("model", loaded=(model, tokenizer), call_bias=call_bias, batch_size=batch_size)
-        started = time.perf_counter()
-        with one_token_a_forward(not early):
-            run = run_policy("model", timelines, factory, make_backend, config, concurrency=len(timelines))
-        seconds = time.perf_counter() - started
+        play = functools.partial(play_arm, model, tokenizer, timelines, batch_size, call_bias, early, config)
+        run, factory, seconds = play()
         first_seconds = first_seconds or seconds
         logs = [log.timeline.events for log in run.logs]
         if reference is None:
@@ -101,7 +99,7 @@ def play_batches(
             print(f"  sessions whose log differs from the first row's: {differ}")
         print(f"  speedup over the first row: {first_seconds / seconds:.2f}x")
         if profile:
-            print_profile(model, tokenizer, timelines, batch_size, call_bias, early, config)
+            print_profile(play)
         if not early:
             one_token[batch_size] = seconds
         elif batch_size in one_token:
@@ -111,16 +109,24 @@ def play_batches(
             )
 
 
-def print_profile(model, tokenizer, timelines, batch_size: int, call_bias: float, early: bool, config) -> None:
-    """Plays the arm again under torch's profiler and prints its seconds in matrix products, attention, other
-    operators and outside operators (the Python of sessions, policies and the engine's bookkeeping)."""
+def play_arm(model, tokenizer, timelines, batch_size: int, call_bias: float, early: bool, config):
+    """Plays ``timelines`` all at once through an engine of ``batch_size`` (forced tokens fed early unless not
+    ``early``); returns the run, its policy factory (engine and decoding stats) and the wall seconds."""
+    factory = policy_factory("model", loaded=(model, tokenizer), call_bias=call_bias, batch_size=batch_size)
+    started = time.perf_counter()
+    with one_token_a_forward(not early):
+        run = run_policy("model", timelines, factory, make_backend, config, concurrency=len(timelines))
+    return run, factory, time.perf_counter() - started
+
+
+def print_profile(play) -> None:
+    """Plays an arm again (``play``: :func:`play_arm` bound to it) under torch's profiler and prints its seconds in
+    matrix products, attention, other operators and outside operators (the Python of sessions, policies and the
+    engine's bookkeeping). The profiler keeps every operator call: for short arms (``--profile``'s help)."""
     from torch.profiler import ProfilerActivity, profile
 
-    factory = policy_factory("model", loaded=(model, tokenizer), call_bias=call_bias, batch_size=batch_size)
-    with one_token_a_forward(not early), profile(activities=[ProfilerActivity.CPU]) as prof:
-        started = time.perf_counter()
-        run_policy("model", timelines, factory, make_backend, config, concurrency=len(timelines))
-        wall = time.perf_counter() - started
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        _, factory, wall = play()
     events = prof.key_averages()
     split = operator_split(events)
     operators = sum(split.values()) / 1e3
