@@ -123,6 +123,24 @@ def test_a_drafter_with_short_drafts_feeds_the_grammars_forced_runs_as_plain_dec
     assert sum(s.forced_tokens for s in drafted) >= 0.98 * sum(s.forced_tokens for s in plain)
 
 
+def test_a_drafters_acceptance_counts_its_own_tokens_and_not_the_grammars_forced_ones(
+    generated, tiny_four_layer_model
+):
+    model, tokenizer = tiny_four_layer_model
+    timelines = _short(generated)
+    # Calls while the user speaks (the bias): their keys and ids are forced text, fed in the drafter's steps.
+    _, stats = _play(
+        model, tokenizer, timelines, make_drafter("prompt_lookup", model), True, call_bias=1e4, margin=ALWAYS
+    )
+    forced = sum(s.forced_tokens for s in stats)
+    drafted = sum(s.drafted for s in stats)
+    assert forced > 0 and drafted > 0
+    # Counted in, the forced tokens (accepted all but always) lifted the α that new sessions and the profile take.
+    assert drafted == sum(s.drafter_tokens for s in stats)
+    assert sum(s.drafts for s in stats) == sum(s.drafter_drafts for s in stats)
+    assert sum(s.accepted for s in stats) <= drafted
+
+
 def test_model_driven_live_sessions_are_the_same_with_a_drafter(generated, tiny_four_layer_model):
     model, tokenizer = tiny_four_layer_model
     config = SessionConfig(max_notices=4, device=FAST)

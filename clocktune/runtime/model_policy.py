@@ -330,10 +330,14 @@ class ModelPolicy:
                 accepted += 1
             if matcher is not None:
                 stats["grammar_s"] += time.perf_counter() - started
-            if draft.tokens and self.draft_length is not None:  # forced tokens alone are no drafter's to count
-                decoding.record_draft(len(draft.tokens), accepted)
-                if len(draft.tokens) > draft.forced and accepted >= draft.forced:  # the drafter's own part
-                    self.draft_length.record(len(draft.tokens) - draft.forced, accepted - draft.forced)
+            # Only the drafter's own tokens count towards its acceptance: the grammar's forced tokens before them
+            # are accepted all but always; counted in, they raised the shared α (a new session's prior, the
+            # profile's acceptance) above the drafter's own, and the toggle drafted at batches where it did not pay.
+            # A draft cut inside its forced part never reached the drafter's tokens.
+            own = len(draft.tokens) - draft.forced
+            if own > 0 and self.draft_length is not None and accepted >= draft.forced:
+                decoding.record_draft(own, accepted - draft.forced)
+                self.draft_length.record(own, accepted - draft.forced)
             if finished:
                 break
             # The cache holds the context and every emitted token but the last (plus rejected drafts: dropped).

@@ -332,6 +332,9 @@ def rung_thresholds(
 class SpeculationStats:
     """Decoding metrics of one drafter over sessions: acceptance, lengths, time per step, throughput.
 
+    A draft here is the drafter's own tokens: the grammar's forced tokens fed in the same step are counted in
+    ``forced_tokens`` alone, so that ``alpha`` is the drafter's acceptance, the one the cost model prices.
+
     Args:
         drafter: The drafter's name (``none`` for plain decoding).
     """
