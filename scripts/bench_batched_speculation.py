@@ -7,9 +7,12 @@ pay (where the toggle switches it on) and the ladder's thresholds at batch 1.
 
 Part 2 plays sampled rollouts (temperature 1) of training tasks, all in play at once, so that the active batch
 shrinks from their number to 1 as sessions end: plain decoding, speculation at every step (``always``) and the
-toggled speculation, on the same seeds. Columns: rollout seconds, the reduction against plain, acceptance, mean draft
-length, the batch at which speculation switched on, the share of steps speculative, whether every session's log is
-plain decoding's (the sampling noise is per position, so it must be), and the tasks completed.
+toggled speculation, on the same seeds, each arm ``--repeats`` times in drift-balanced order (A B C, C B A).
+Columns: rollout seconds (the mean, and each run), the change against plain, the engine's counters (packed forwards,
+sessions' forwards in them, tokens fed: what a time difference is made of), the drafter's acceptance (its own tokens,
+not the grammar's forced ones), mean draft length, the batch at which speculation switched on, the share of steps
+speculative, whether every session's log is plain decoding's (the sampling noise is per position, so it must be), and
+the tasks completed.
 
 Part 3 holds the batch near a size ``B`` (twice ``B`` sessions, ``B`` in play at once: an ended session is replaced
 by the next, so the batch shrinks only at the end) and compares toggled against plain at each size: where the toggle
@@ -20,7 +23,8 @@ matmul rate of the lent H200 (STACK-NOTES.md) for a 3B model, with this run's ac
 speculation on there. A prediction, not a measurement.
 
     .venv/bin/python scripts/bench_batched_speculation.py --model runs/demo/checkpoint \
-        --data runs/demo/data/train/data [--tasks 100] [--drafters prompt_lookup layer_skip] [--batch-sizes 1 4 16]
+        --data runs/demo/data/train/data [--tasks 100] [--drafters prompt_lookup layer_skip] [--batch-sizes 1 4 16] \
+        [--repeats 2]
 """
 
 from __future__ import annotations
@@ -100,54 +104,85 @@ def _rollout(model, tokenizer, timelines, costs, draft, margin, batch_size, call
     )
     started = time.perf_counter()
     run = run_policy("model", timelines, factory, make_backend, config, concurrency=batch_size, progress=False)
-    return time.perf_counter() - started, run, factory.decoding
+    return time.perf_counter() - started, run, factory.decoding, factory.engine.stats
 
 
-def _row(label, seconds, plain_seconds, run, decoding, plain_logs) -> str:
+def _balanced(arms: list[tuple[str, str, float]], repeats: int, play) -> dict[str, list]:
+    """Plays each arm ``repeats`` times in drift-balanced order (A B C, then C B A, ...): the machine's pace moves
+    by several percent within minutes here, so an arm always played after another would carry the drift as its own
+    cost. Returns each arm's results, in play order."""
+    results: dict[str, list] = {label: [] for label, _, _ in arms}
+    for repeat in range(repeats):
+        for label, draft, margin in arms if repeat % 2 == 0 else arms[::-1]:
+            results[label].append(play(draft, margin))
+    return results
+
+
+def _row(label, results, plain_seconds, plain_logs) -> str:
+    # The counters are the engine's (packed forwards, sessions' forwards in them, tokens fed): the same in every
+    # repeat of an arm, they say what a time difference is made of where the machine's noise is of its size.
+    seconds = [result[0] for result in results]
+    _, run, decoding, engine = results[0]
     summary = decoding.summary()
     same = sum(log.timeline.events == ref for log, ref in zip(run.logs, plain_logs, strict=True))
-    reduction = 1.0 - seconds / plain_seconds
+    mean = sum(seconds) / len(seconds)
     return (
-        f"| {label} | {seconds:.1f} | {reduction:+.1%} | {summary['alpha']} | {summary['mean_draft_length']} "
+        f"| {label} | {mean:.1f} ({', '.join(f'{value:.1f}' for value in seconds)}) | {mean / plain_seconds - 1:+.1%} "
+        f"| {engine.forwards} | {engine.rows} | {engine.tokens} | {summary['alpha']} | {summary['mean_draft_length']} "
         f"| {summary['switched_on_batch']} | {summary['speculative_share']} | {same}/{len(run.logs)} "
         f"| {run.share('accurate'):.2f} |"
     )
 
 
-def part_rollouts(model, tokenizer, timelines, costs, drafters, call_bias) -> dict[str, float]:
+HEADER = (
+    "| decoding | rollout s (each run) | against plain | packed forwards | sessions' forwards | tokens fed "
+    "| drafter's α | mean draft length | switched on at batch | share of steps speculative | logs as plain "
+    "| tasks completed |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def part_rollouts(model, tokenizer, timelines, costs, drafters, call_bias, repeats) -> dict[str, float]:
     """Part 2: the shrinking-batch rollout, plain / always / toggled; returns each drafter's measured α."""
     batch = len(timelines)
     print(f"\n{batch} sampled rollouts (temperature 1), all in play at once, batch shrinking to 1")
-    print(
-        "| decoding | rollout s | reduction | acceptance α | mean draft length | switched on at batch "
-        "| share of steps speculative | logs as plain | tasks completed |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    plain_seconds, plain, decoding = _rollout(model, tokenizer, timelines, costs, "none", 0.1, batch, call_bias)
-    plain_logs = [log.timeline.events for log in plain.logs]
-    print(_row("plain", plain_seconds, plain_seconds, plain, decoding, plain_logs))
-    measured = {}
+    print(HEADER)
+    arms = [("plain", "none", 0.1)]
     for draft in drafters:
-        for label, margin in (("always", ALWAYS), ("toggled", 0.1)):
-            seconds, run, decoding = _rollout(model, tokenizer, timelines, costs, draft, margin, batch, call_bias)
-            print(_row(f"{draft} {label}", seconds, plain_seconds, run, decoding, plain_logs))
-            if decoding.alpha is not None:
-                measured[decoding.drafter] = decoding.alpha
+        arms += [(f"{draft} always", draft, ALWAYS), (f"{draft} toggled", draft, 0.1)]
+
+    def play(draft, margin):
+        return _rollout(model, tokenizer, timelines, costs, draft, margin, batch, call_bias)
+
+    results = _balanced(arms, repeats, play)
+    plain = results["plain"]
+    plain_seconds = sum(result[0] for result in plain) / len(plain)
+    plain_logs = [log.timeline.events for log in plain[0][1].logs]
+    measured = {}
+    for label, _, _ in arms:
+        print(_row(label, results[label], plain_seconds, plain_logs))
+        decoding = results[label][0][2]
+        if decoding.alpha is not None:
+            measured[decoding.drafter] = decoding.alpha
     return measured
 
 
-def part_fixed(model, tokenizer, timelines, costs, drafters, batch_sizes, call_bias) -> None:
+def part_fixed(model, tokenizer, timelines, costs, drafters, batch_sizes, call_bias, repeats) -> None:
     """Part 3: toggled against plain with the batch held at each size."""
-    print("\n| batch | decoding | rollout s | against plain | share of steps speculative |")
-    print("|---|---|---|---|---|")
     for batch in batch_sizes:
         chosen = timelines[: 2 * batch]
-        plain_seconds, _, _ = _rollout(model, tokenizer, chosen, costs, "none", 0.1, batch, call_bias)
-        print(f"| {batch} | plain | {plain_seconds:.1f} | | |")
-        for draft in drafters:
-            seconds, _, decoding = _rollout(model, tokenizer, chosen, costs, draft, 0.1, batch, call_bias)
-            share = decoding.summary()["speculative_share"]
-            print(f"| {batch} | {draft} toggled | {seconds:.1f} | {seconds / plain_seconds - 1:+.1%} | {share} |")
+        print(f"\nbatch held at {batch} ({len(chosen)} sessions)")
+        print(HEADER)
+        arms = [("plain", "none", 0.1)] + [(f"{draft} toggled", draft, 0.1) for draft in drafters]
+
+        def play(draft, margin, chosen=chosen, batch=batch):
+            return _rollout(model, tokenizer, chosen, costs, draft, margin, batch, call_bias)
+
+        results = _balanced(arms, repeats, play)
+        plain = results["plain"]
+        plain_seconds = sum(result[0] for result in plain) / len(plain)
+        plain_logs = [log.timeline.events for log in plain[0][1].logs]
+        for label, _, _ in arms:
+            print(_row(label, results[label], plain_seconds, plain_logs))
 
 
 def part_gpu(costs: SpeculationCosts, measured: dict[str, float]) -> None:
@@ -178,15 +213,16 @@ def main() -> None:
     parser.add_argument("--drafters", nargs="*", default=["prompt_lookup", "layer_skip"])
     parser.add_argument("--batch-sizes", type=int, nargs="*", default=[1, 4, 16], help="part 3 (none: skip it)")
     parser.add_argument("--call-bias", type=float, default=1.5, help="the demo's (clocktune.cli.demo.CALL_BIAS)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each arm, in drift-balanced order")
     args = parser.parse_args()
 
     model, tokenizer = load_policy_model(args.model)
     timelines = load_timeline_files([args.data])[: args.tasks]
     print(f"{len(timelines)} tasks, {torch.get_num_threads()} torch threads, call bias {args.call_bias:g}")
     costs = part_costs(model, args.drafters)
-    measured = part_rollouts(model, tokenizer, timelines, costs, args.drafters, args.call_bias)
+    measured = part_rollouts(model, tokenizer, timelines, costs, args.drafters, args.call_bias, args.repeats)
     if args.batch_sizes:
-        part_fixed(model, tokenizer, timelines, costs, args.drafters, args.batch_sizes, args.call_bias)
+        part_fixed(model, tokenizer, timelines, costs, args.drafters, args.batch_sizes, args.call_bias, args.repeats)
     part_gpu(costs, measured)
 
 

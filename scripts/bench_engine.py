@@ -54,6 +54,21 @@ def operator_split(events, steps: int = 1) -> dict[str, float]:
     return {"matmul": matmul, "attention": attention, "other": per_step(lambda key: True) - matmul - attention}
 
 
+def arithmetic(model, stats) -> tuple[float, float]:
+    """GFLOP of a run's linear layers (the decoder's on every token fed, the head on every row of logits kept) and of
+    its attention (scores and weighted values, on every query-key pair computed), from the engine's counters."""
+    head = model.get_output_embeddings()
+    linear = sum(
+        module.weight.numel()
+        for module in model.modules()
+        if isinstance(module, torch.nn.Linear) and module is not head
+    )
+    config = model.config
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    attention = 4 * config.num_attention_heads * dim * config.num_hidden_layers * stats.attended
+    return (2 * linear * stats.tokens + 2 * head.weight.numel() * stats.logit_rows) / 1e9, attention / 1e9
+
+
 def play_batches(
     model,
     tokenizer,
@@ -95,11 +110,13 @@ def play_batches(
             f"| {stats.forwards} | {stats.rows / stats.forwards:.1f} | {stats.tokens} | {run.share('accurate'):.2f} "
             f"| {len(timelines) - len(differ)}/{len(timelines)} |"
         )
+        linear, attention = arithmetic(model, stats)
+        print(f"  arithmetic: linear layers {linear:.0f} GFLOP, attention {attention:.0f} GFLOP")
         if differ:
             print(f"  sessions whose log differs from the first row's: {differ}")
         print(f"  speedup over the first row: {first_seconds / seconds:.2f}x")
         if profile:
-            print_profile(play)
+            print_profile(play, model)
         if not early:
             one_token[batch_size] = seconds
         elif batch_size in one_token:
@@ -119,10 +136,10 @@ def play_arm(model, tokenizer, timelines, batch_size: int, call_bias: float, ear
     return run, factory, time.perf_counter() - started
 
 
-def print_profile(play) -> None:
+def print_profile(play, model) -> None:
     """Plays an arm again (``play``: :func:`play_arm` bound to it) under torch's profiler and prints its seconds in
     matrix products, attention, other operators and outside operators (the Python of sessions, policies and the
-    engine's bookkeeping). The profiler keeps every operator call: for short arms (``--profile``'s help)."""
+    engine's bookkeeping), and the rate of each against ``model``'s arithmetic (:func:`arithmetic`). The profiler keeps every operator call: for short arms (``--profile``'s help)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -134,6 +151,14 @@ def print_profile(play) -> None:
         f"  under the profiler: {wall:.1f} s wall, in forwards {factory.engine.stats.seconds:.1f} s; matrix products "
         f"{split['matmul'] / 1e3:.1f} s, attention {split['attention'] / 1e3:.1f} s, other operators "
         f"{split['other'] / 1e3:.1f} s, outside operators {max(wall - operators, 0.0):.1f} s"
+    )
+    # Rates: how near each part runs to the arithmetic it must do. Attention's arithmetic at the matrix products'
+    # rate is what it would take at best on this CPU, whatever the batch.
+    linear, attention = arithmetic(model, factory.engine.stats)
+    matmul_rate = linear / (split["matmul"] / 1e3)
+    print(
+        f"  matrix products at {matmul_rate:.0f} GFLOP/s, attention at {attention / (split['attention'] / 1e3):.0f} "
+        f"GFLOP/s; attention's {attention:.0f} GFLOP at the matrix products' rate: {attention / matmul_rate:.1f} s"
     )
     top = sorted(events, key=lambda event: event.self_cpu_time_total, reverse=True)[:10]
     print(

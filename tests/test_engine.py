@@ -50,6 +50,9 @@ def test_a_packed_forward_gives_each_session_the_logits_of_its_own_forward_under
     # The hidden tokens changed the first session's logits and nobody else's.
     assert not torch.allclose(packed[1][0], packed[1][1], atol=1e-3)
     assert engine.stats.forwards == 3 and engine.stats.batch_sizes == {1: 1, 3: 2}  # the system prompt once
+    # Query-key pairs computed: each new token against its session's context and all the new tokens.
+    assert engine.stats.attended == 11 * 11 + (3 * 14 + 3 * 14 + 1 * 12) + (2 * 16 + 2 * 16 + 4 * 16)
+    assert engine.stats.logit_rows == 1 + 3 + (2 + 2 + 1)
     assert len(engine.system_prompts) == 1 and all(session.length == 16 for session in sessions[:2])
 
 

@@ -285,11 +285,19 @@ class _Waiting:
 
 @dataclass
 class EngineStats:
-    """What the engine did: forwards run, sessions' forwards served, tokens fed, and seconds in forwards."""
+    """What the engine did: forwards run, sessions' forwards served, tokens fed, and seconds in forwards.
+
+    ``attended`` counts the query-key pairs attention computes in one layer and one head (each new token against its
+    session's context and all the new tokens: the mask hides some, sdpa computes them all), ``logit_rows`` the rows
+    of logits computed: with ``tokens`` they give a run's arithmetic (``scripts/bench_engine.py``), which batching
+    does not share between sessions as it shares the reading of the weights.
+    """
 
     forwards: int = 0
     rows: int = 0
     tokens: int = 0
+    attended: int = 0
+    logit_rows: int = 0
     seconds: float = 0.0
     batch_sizes: dict[int, int] = field(default_factory=dict)
     shallow_forwards: int = 0  # of them, a layer-skip drafter's
@@ -397,6 +405,8 @@ class Engine:
         stats.forwards += 1
         stats.rows += len(batch)
         stats.tokens += len(ids)
+        stats.attended += sum(row.count * (row.past + row.count) for row in rows)
+        stats.logit_rows += len(keep)
         stats.seconds += time.perf_counter() - started
         stats.batch_sizes[len(batch)] = stats.batch_sizes.get(len(batch), 0) + 1
         if layers is not None:
