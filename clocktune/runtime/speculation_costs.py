@@ -114,8 +114,9 @@ def describe_roofline(costs: SpeculationCosts) -> str:
     roof = costs.roofline
     if roof is None:
         return "engine roofline: not measured"
+    single = "" if roof.single_s is None else f"a forward of one token {roof.single_s * 1e3:.2f} ms; from two, "
     return (
-        f"engine roofline: {roof.overhead_s * 1e3:.2f} ms a forward, plus {roof.memory_s * 1e3:.2f} ms up to "
+        f"engine roofline: {single}{roof.overhead_s * 1e3:.2f} ms a forward, plus {roof.memory_s * 1e3:.2f} ms up to "
         f"{roof.knee:.0f} tokens and {roof.token_s * 1e3:.3f} ms a token past them, {roof.row_s * 1e3:.3f} ms a "
         f"session; a 4-token draft's "
         f"verification costs {costs.verify(5):.2f} steps at batch 1, {costs.verify(5, 16):.2f} at 16, "

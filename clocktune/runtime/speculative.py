@@ -82,20 +82,29 @@ class Roofline:
     near one token: the model is then linear in the tokens). Fitted by :meth:`fit` from forwards timed over a sweep of
     batch sizes and tokens per row (``clocktune profile``), on the device at hand.
 
+    A forward of a single token (a decode step alone) is timed apart, as ``single_s``: its linear layers are
+    matrix-vector products, which on a CPU cost far less than the matrix products of any forward of two tokens or more
+    (63 ms against 105 ms for two tokens on the 2-core EPYC, 2026-12-07). The linear model cannot hold that step, and
+    fitted through it, it priced a 1-token draft's verification alone at 1.04 decode steps where it cost 1.67.
+
     Args:
         memory_s: Seconds of a forward below the knee.
         token_s: Seconds per token above it.
         row_s: Seconds per row (session) of the forward.
         overhead_s: Seconds every forward costs besides.
+        single_s: Seconds of a forward of one token, as timed (``None``: as the model says).
     """
 
     memory_s: float
     token_s: float
     row_s: float
     overhead_s: float = 0.0
+    single_s: float | None = None
 
     def seconds(self, tokens: int, rows: int) -> float:
         """The predicted time of a forward of ``tokens`` tokens over ``rows`` sessions."""
+        if tokens == 1 and self.single_s is not None:
+            return self.single_s
         return self.overhead_s + max(self.memory_s, self.token_s * tokens) + self.row_s * rows
 
     def ratio(self, tokens_per_row: int, batch: int) -> float:
@@ -116,11 +125,17 @@ class Roofline:
         each candidate knee is solved by non-negative least squares and the best kept.
 
         Args:
-            samples: ``(tokens, rows, seconds)`` of timed forwards.
+            samples: ``(tokens, rows, seconds)`` of timed forwards. Those of one token set ``single_s`` (their median)
+                and are left out of the fit when at least three others remain.
 
         Returns:
             The fitted roofline.
         """
+        singles = [sample[2] for sample in samples if sample[0] == 1]
+        rest = [sample for sample in samples if sample[0] != 1]
+        if singles and len(rest) >= 3:
+            fitted = cls.fit(rest)
+            return cls(fitted.memory_s, fitted.token_s, fitted.row_s, fitted.overhead_s, float(np.median(singles)))
         tokens = np.array([sample[0] for sample in samples], dtype=np.float64)
         rows = np.array([sample[1] for sample in samples], dtype=np.float64)
         seconds = np.array([sample[2] for sample in samples], dtype=np.float64)
