@@ -126,18 +126,19 @@ def _row(label, results, plain_seconds, plain_logs) -> str:
     summary = decoding.summary()
     same = sum(log.timeline.events == ref for log, ref in zip(run.logs, plain_logs, strict=True))
     mean = sum(seconds) / len(seconds)
+    in_forwards = sum(result[3].seconds for result in results) / len(results)
     return (
         f"| {label} | {mean:.1f} ({', '.join(f'{value:.1f}' for value in seconds)}) | {mean / plain_seconds - 1:+.1%} "
-        f"| {engine.forwards} | {engine.rows} | {engine.tokens} | {summary['alpha']} | {summary['mean_draft_length']} "
+        f"| {in_forwards:.1f} | {engine.forwards} | {engine.rows} | {engine.tokens} | {summary['alpha']} | {summary['mean_draft_length']} "
         f"| {summary['switched_on_batch']} | {summary['speculative_share']} | {same}/{len(run.logs)} "
         f"| {run.share('accurate'):.2f} |"
     )
 
 
 HEADER = (
-    "| decoding | rollout s (each run) | against plain | packed forwards | sessions' forwards | tokens fed "
+    "| decoding | rollout s (each run) | against plain | in forwards s | packed forwards | sessions' forwards | tokens fed "
     "| drafter's α | mean draft length | switched on at batch | share of steps speculative | logs as plain "
-    "| tasks completed |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| tasks completed |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -214,13 +215,18 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="*", default=[1, 4, 16], help="part 3 (none: skip it)")
     parser.add_argument("--call-bias", type=float, default=1.5, help="the demo's (clocktune.cli.demo.CALL_BIAS)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each arm, in drift-balanced order")
+    parser.add_argument(
+        "--shrinking", action=argparse.BooleanOptionalAction, default=True, help="part 2 (--no-shrinking: skip it)"
+    )
     args = parser.parse_args()
 
     model, tokenizer = load_policy_model(args.model)
     timelines = load_timeline_files([args.data])[: args.tasks]
     print(f"{len(timelines)} tasks, {torch.get_num_threads()} torch threads, call bias {args.call_bias:g}")
     costs = part_costs(model, args.drafters)
-    measured = part_rollouts(model, tokenizer, timelines, costs, args.drafters, args.call_bias, args.repeats)
+    measured = {}
+    if args.shrinking:
+        measured = part_rollouts(model, tokenizer, timelines, costs, args.drafters, args.call_bias, args.repeats)
     if args.batch_sizes:
         part_fixed(model, tokenizer, timelines, costs, args.drafters, args.batch_sizes, args.call_bias, args.repeats)
     part_gpu(costs, measured)
