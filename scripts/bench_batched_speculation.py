@@ -24,7 +24,7 @@ speculation on there. A prediction, not a measurement.
 
     .venv/bin/python scripts/bench_batched_speculation.py --model runs/demo/checkpoint \
         --data runs/demo/data/train/data [--tasks 100] [--drafters prompt_lookup layer_skip] [--batch-sizes 1 4 16] \
-        [--repeats 2]
+        [--repeats 2] [--no-shrinking]
 """
 
 from __future__ import annotations
