@@ -119,34 +119,46 @@ def _balanced(arms: list[tuple[str, str, float]], repeats: int, play) -> dict[st
 
 
 def _row(label, results, plain_seconds, plain_logs) -> str:
-    # The counters are the engine's (packed forwards, sessions' forwards in them, tokens fed): the same in every
-    # repeat of an arm, they say what a time difference is made of where the machine's noise is of its size.
+    # The counters are the first run's: the toggle decides from the active batch and acceptance, never from a
+    # timing, so a repeat feeds the same forwards; they say what a time difference is made of where the machine's
+    # noise is of its size.
     seconds = [result[0] for result in results]
     _, run, decoding, engine = results[0]
     summary = decoding.summary()
     same = sum(log.timeline.events == ref for log, ref in zip(run.logs, plain_logs, strict=True))
     mean = sum(seconds) / len(seconds)
     in_forwards = sum(result[3].seconds for result in results) / len(results)
+    each = ", ".join(f"{value:.1f}" for value in seconds)
     return (
-        f"| {label} | {mean:.1f} ({', '.join(f'{value:.1f}' for value in seconds)}) | {mean / plain_seconds - 1:+.1%} "
-        f"| {in_forwards:.1f} | {engine.forwards} | {engine.rows} | {engine.tokens} | {summary['alpha']} | {summary['mean_draft_length']} "
+        f"| {label} | {mean:.1f} ({each}) | {mean / plain_seconds - 1:+.1%} | {in_forwards:.1f} | {engine.forwards} "
+        f"| {engine.rows} | {engine.tokens} | {summary['alpha']} | {summary['mean_draft_length']} "
         f"| {summary['switched_on_batch']} | {summary['speculative_share']} | {same}/{len(run.logs)} "
         f"| {run.share('accurate'):.2f} |"
     )
 
 
-HEADER = (
-    "| decoding | rollout s (each run) | against plain | in forwards s | packed forwards | sessions' forwards | tokens fed "
-    "| drafter's α | mean draft length | switched on at batch | share of steps speculative | logs as plain "
-    "| tasks completed |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-)
+def _print_arms(arms: list[tuple[str, str, float]], repeats: int, play) -> dict[str, list]:
+    """Plays the arms (the first is plain decoding) in drift-balanced order, prints the table against plain's mean
+    time and logs, and returns each arm's results."""
+    print(
+        "| decoding | rollout s (each run) | against plain | in forwards s | packed forwards | sessions' forwards "
+        "| tokens fed | drafter's α | mean draft length | switched on at batch | share of steps speculative "
+        "| logs as plain | tasks completed |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    results = _balanced(arms, repeats, play)
+    plain = results[arms[0][0]]
+    plain_seconds = sum(result[0] for result in plain) / len(plain)
+    plain_logs = [log.timeline.events for log in plain[0][1].logs]
+    for label, _, _ in arms:
+        print(_row(label, results[label], plain_seconds, plain_logs))
+    return results
 
 
 def part_rollouts(model, tokenizer, timelines, costs, drafters, call_bias, repeats) -> dict[str, float]:
     """Part 2: the shrinking-batch rollout, plain / always / toggled; returns each drafter's measured α."""
     batch = len(timelines)
     print(f"\n{batch} sampled rollouts (temperature 1), all in play at once, batch shrinking to 1")
-    print(HEADER)
     arms = [("plain", "none", 0.1)]
     for draft in drafters:
         arms += [(f"{draft} always", draft, ALWAYS), (f"{draft} toggled", draft, 0.1)]
@@ -154,13 +166,9 @@ def part_rollouts(model, tokenizer, timelines, costs, drafters, call_bias, repea
     def play(draft, margin):
         return _rollout(model, tokenizer, timelines, costs, draft, margin, batch, call_bias)
 
-    results = _balanced(arms, repeats, play)
-    plain = results["plain"]
-    plain_seconds = sum(result[0] for result in plain) / len(plain)
-    plain_logs = [log.timeline.events for log in plain[0][1].logs]
+    results = _print_arms(arms, repeats, play)
     measured = {}
     for label, _, _ in arms:
-        print(_row(label, results[label], plain_seconds, plain_logs))
         decoding = results[label][0][2]
         if decoding.alpha is not None:
             measured[decoding.drafter] = decoding.alpha
@@ -172,18 +180,12 @@ def part_fixed(model, tokenizer, timelines, costs, drafters, batch_sizes, call_b
     for batch in batch_sizes:
         chosen = timelines[: 2 * batch]
         print(f"\nbatch held at {batch} ({len(chosen)} sessions)")
-        print(HEADER)
         arms = [("plain", "none", 0.1)] + [(f"{draft} toggled", draft, 0.1) for draft in drafters]
 
         def play(draft, margin, chosen=chosen, batch=batch):
             return _rollout(model, tokenizer, chosen, costs, draft, margin, batch, call_bias)
 
-        results = _balanced(arms, repeats, play)
-        plain = results["plain"]
-        plain_seconds = sum(result[0] for result in plain) / len(plain)
-        plain_logs = [log.timeline.events for log in plain[0][1].logs]
-        for label, _, _ in arms:
-            print(_row(label, results[label], plain_seconds, plain_logs))
+        _print_arms(arms, repeats, play)
 
 
 def part_gpu(costs: SpeculationCosts, measured: dict[str, float]) -> None:

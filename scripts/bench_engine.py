@@ -139,7 +139,8 @@ def play_arm(model, tokenizer, timelines, batch_size: int, call_bias: float, ear
 def print_profile(play, model) -> None:
     """Plays an arm again (``play``: :func:`play_arm` bound to it) under torch's profiler and prints its seconds in
     matrix products, attention, other operators and outside operators (the Python of sessions, policies and the
-    engine's bookkeeping), and the rate of each against ``model``'s arithmetic (:func:`arithmetic`). The profiler keeps every operator call: for short arms (``--profile``'s help)."""
+    engine's bookkeeping), and the rate of each against ``model``'s arithmetic (:func:`arithmetic`). The profiler
+    keeps every operator call: for short arms (``--profile``'s help)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:

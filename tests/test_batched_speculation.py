@@ -2,6 +2,8 @@
 toggle prices verification at the active batch, the draft length climbs a ladder, and no session's log depends on
 any of it, greedy or sampled."""
 
+from dataclasses import replace
+
 import pytest
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -67,11 +69,10 @@ def test_a_decode_step_alone_is_timed_apart_from_the_roofline_so_a_verification_
     assert roofline.single_s == pytest.approx(0.063)
     assert costs.verify(2, 1) == pytest.approx(105.1 / 63.0, rel=0.2)
     assert all(roofline.seconds(t, r) == pytest.approx(s, rel=0.15) for t, r, s in samples if r >= 4)
-    # Prompt lookup on sampled rollouts (its own tokens' α, 0.15-0.27 there) pays at no batch on this CPU.
-    # At 2 sessions two tokens each cost what one each did (100.7 and 105.3 ms): there a draft is all but free.
+    # Prompt lookup on sampled rollouts (its own tokens' α, 0.15-0.29 there) pays at none of these batches on this
+    # CPU. At 2 sessions two tokens each cost what one each did (100.7 and 105.3 ms): there a draft is all but free.
     for batch in (1, 16, 100):
         assert DraftLength(0.001, costs.verify, prior_alpha=0.27, prior_weight=1e6).choose(batch) == 0, batch
-    assert costs.verify(1, 16) == pytest.approx(1.0)
 
 
 def test_the_toggle_speculates_at_a_small_batch_and_not_at_a_large_one_at_the_same_acceptance():
@@ -118,9 +119,9 @@ def test_the_roofline_sweep_times_the_engines_packed_forwards():
     roofline, samples = measure_roofline(model, context_tokens=32, batches=(1, 4), tokens_per_row=(1, 3), repeats=1)
     assert {(tokens, rows) for tokens, rows, _ in samples} == {(1, 1), (3, 1), (4, 4), (12, 4)}
     assert all(seconds > 0 for _, _, seconds in samples)
-    # The one-token forward is priced as timed; the others by the model fitted to them.
+    # The one-token forward is priced as timed; the others by the model fitted to them alone.
     assert roofline.seconds(1, 1) == roofline.single_s == next(s for t, _, s in samples if t == 1)
-    assert roofline.seconds(12, 4) > 0
+    assert replace(roofline, single_s=None) == Roofline.fit([sample for sample in samples if sample[0] > 1])
 
 
 def _play(model, timelines, batch_size, draft, temperature):

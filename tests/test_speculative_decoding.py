@@ -112,8 +112,9 @@ def test_a_drafter_with_short_drafts_feeds_the_grammars_forced_runs_as_plain_dec
     model, tokenizer = tiny_four_layer_model
     timelines = _short(generated)
     plain_actions, plain = _play(model, tokenizer, timelines, None, True, call_bias=1e4)
-    # Longest draft 2, drafting priced out (a probe now and then): forced runs of up to FORCED_DRAFT tokens still go in
-    # with one step, as without a drafter; capped at the drafter's 2, every third forced token took a forward of its own.
+    # Longest draft 2, drafting priced out (a probe now and then): forced runs of up to FORCED_DRAFT tokens still go
+    # in with one step, as without a drafter; capped at the drafter's 2, every third forced token took a forward of
+    # its own.
     actions, drafted = _play(
         model, tokenizer, timelines, make_drafter("prompt_lookup", model), True, call_bias=1e4, max_draft=2, margin=1e9
     )

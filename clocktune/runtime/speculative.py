@@ -132,10 +132,10 @@ class Roofline:
             The fitted roofline.
         """
         singles = [sample[2] for sample in samples if sample[0] == 1]
-        rest = [sample for sample in samples if sample[0] != 1]
-        if singles and len(rest) >= 3:
-            fitted = cls.fit(rest)
-            return cls(fitted.memory_s, fitted.token_s, fitted.row_s, fitted.overhead_s, float(np.median(singles)))
+        single_s = None
+        if singles and len(samples) - len(singles) >= 3:
+            single_s = float(np.median(singles))
+            samples = [sample for sample in samples if sample[0] != 1]
         tokens = np.array([sample[0] for sample in samples], dtype=np.float64)
         rows = np.array([sample[1] for sample in samples], dtype=np.float64)
         seconds = np.array([sample[2] for sample in samples], dtype=np.float64)
@@ -147,7 +147,7 @@ class Roofline:
             residual = float(np.sum((columns @ coefficients * weight - seconds * weight) ** 2))
             if best is None or residual < best[0]:
                 overhead_s, memory_s, row_s = (float(value) for value in coefficients)
-                best = (residual, cls(memory_s, float(memory_s / knee), row_s, overhead_s))
+                best = (residual, cls(memory_s, float(memory_s / knee), row_s, overhead_s, single_s))
         return best[1]
 
 
