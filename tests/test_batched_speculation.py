@@ -12,7 +12,13 @@ from clocktune.runtime.play import run_policy
 from clocktune.runtime.policy_factories import policy_factory
 from clocktune.runtime.session import SessionConfig
 from clocktune.runtime.speculation_costs import measure_roofline
-from clocktune.runtime.speculative import DraftLength, Roofline, SpeculationCosts, rung_thresholds
+from clocktune.runtime.speculative import (
+    PROBE_PATIENCE,
+    DraftLength,
+    Roofline,
+    SpeculationCosts,
+    rung_thresholds,
+)
 from data_gen.backends import make_backend
 from tests.tiny_models import TINY
 
@@ -73,6 +79,26 @@ def test_a_decode_step_alone_is_timed_apart_from_the_roofline_so_a_verification_
     # CPU. At 2 sessions two tokens each cost what one each did (100.7 and 105.3 ms): there a draft is all but free.
     for batch in (1, 16, 100):
         assert DraftLength(0.001, costs.verify, prior_alpha=0.27, prior_weight=1e6).choose(batch) == 0, batch
+
+
+def test_a_due_probe_waits_for_a_step_whose_forced_tokens_make_it_cheap_and_the_toggle_is_not_moved_by_them():
+    samples = [(b * k, b, ms / 1e3) for (b, k), ms in EPYC.items()]
+    costs = SpeculationCosts(0.063, {}, roofline=Roofline.fit(samples))
+    # Prompt lookup at α 0.27, one session: after a decode step alone one draft token makes a one-token forward
+    # (63 ms) one of two (~105 ms) and loses; after a forced token the forward holds two tokens anyway.
+    length = DraftLength(0.001, costs.verify, prior_alpha=0.27, prior_weight=1e6, probe_every=4)
+    assert length.speedup(1, 1) < 1.0 <= length.speedup(1, 1, forced=1)
+    assert length.speedup(1, 16, forced=1) < 1.0  # at 16 sessions each token costs its share: no cheap probe
+    # The toggle prices a draft as after a decode step alone, forced tokens or not (the fit's error here is the
+    # whole of the gain after them): off at batch 1 either way.
+    assert length.choose(1) == 0 and length.choose(1, forced=1) == 0 and not length.on
+    # A probe falls due after probe_every plain steps and waits for a step where it is not expected to lose ...
+    assert [length.choose(1) for _ in range(6)] == [0] * 6
+    assert length.choose(1, forced=2) == length.rungs[0] and not length.on
+    # ... but not for ever: a session without forced tokens still probes, PROBE_PATIENCE times as seldom.
+    alone = DraftLength(0.001, costs.verify, prior_alpha=0.27, prior_weight=1e6, probe_every=4)
+    chosen = [alone.choose(1) for _ in range(4 * PROBE_PATIENCE)]
+    assert chosen.count(alone.rungs[0]) == 1 and chosen[-1] == alone.rungs[0]
 
 
 def test_the_toggle_speculates_at_a_small_batch_and_not_at_a_large_one_at_the_same_acceptance():

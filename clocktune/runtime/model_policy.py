@@ -424,7 +424,7 @@ class ModelPolicy:
             return Draft(forced, forced=len(forced))
         started = time.perf_counter()
         batch = self.engine.active
-        gamma = min(self.draft_length.choose(batch), budget - len(forced))
+        gamma = min(self.draft_length.choose(batch, len(forced)), budget - len(forced))
         if self.draft_length.on:
             self.decoding.switched_on_batch = max(self.decoding.switched_on_batch, batch)
         tokens = list(forced)

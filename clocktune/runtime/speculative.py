@@ -36,12 +36,14 @@ __all__ = [
     "DEFAULT_VERIFY_RATIO",
     "DraftLength",
     "LADDER",
+    "PROBE_PATIENCE",
     "Roofline",
     "SpeculationCosts",
     "SpeculationStats",
     "break_even_acceptance",
     "draft_pays",
     "expected_speedup",
+    "expected_tokens",
     "rung_thresholds",
 ]
 
@@ -66,9 +68,14 @@ def expected_speedup(alpha: float, gamma: int, cost_ratio: float, verify_ratio: 
     """
     if gamma <= 0:
         return 1.0
+    return expected_tokens(alpha, gamma) / (gamma * cost_ratio + verify_ratio)
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Tokens a verified draft of ``gamma`` yields on average: its accepted prefix and the target's own token after
+    it, ``(1 - α^(γ+1)) / (1 - α)``."""
     alpha = min(max(alpha, 0.0), 1.0)
-    tokens = gamma + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
-    return tokens / (gamma * cost_ratio + verify_ratio)
+    return gamma + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
 @dataclass(frozen=True)
@@ -216,6 +223,11 @@ class SpeculationCosts:
         return max(ratios[top] + slope * (tokens - top), 1.0)
 
 
+# A probe due while speculation is off waits for a step where it is not expected to lose (one that feeds forced
+# tokens, at a small batch) up to this many times ``probe_every`` steps; then it is made anyway, so that a session
+# without such steps still measures α.
+PROBE_PATIENCE = 4
+
 # Draft lengths of the ladder: one rung at a time, up while acceptance says the next pays more, down when less.
 LADDER = (1, 2, 3, 4, 6)
 
@@ -231,6 +243,15 @@ class DraftLength:
     (:func:`rung_thresholds`). Then the toggle: speculate only while the rung's expected speedup, priced at the
     batch the engine is running (``verify(k, batch)``), exceeds ``1 + margin``; while off, one shortest draft every
     ``probe_every`` steps keeps α measured.
+
+    A probe is priced after the step's forced tokens (the grammar's only continuation, fed with the step before them
+    whether or not a drafter runs): a step of ``f`` of them already costs ``v(f + 1)``, so one more token costs
+    ``v(f + 2) / v(f + 1)`` of it, where after a decode step alone it costs ``v(2)``. On this CPU a lone token's
+    forward costs 0.6 of a forward of two, so at batch 1 a probe after a decode step alone costs 0.7 of a step and
+    one after forced tokens about a tenth. A due probe therefore waits (up to ``PROBE_PATIENCE`` times
+    ``probe_every`` steps) for a step where it is not expected to lose. The toggle itself is not priced so: the
+    roofline is fitted within ~10% here, which is the whole of a draft's gain after forced tokens (drafting on them
+    at batch 1 fed 6% more tokens in 7% fewer forwards and was slower, docs/benchmarks-history.md).
 
     Args:
         cost_ratio: A draft token's cost over one decode step.
@@ -268,17 +289,25 @@ class DraftLength:
         prior's weight)."""
         return (self.accepted + self.prior_alpha * self.prior_weight) / (self.trials + self.prior_weight)
 
-    def speedup(self, gamma: int, batch: int = 1) -> float:
-        """The expected speedup of drafts of ``gamma`` tokens at the current α and ``batch`` sessions."""
-        return expected_speedup(self.alpha, gamma, self.cost_ratio, self.verify(gamma + 1, batch))
+    def speedup(self, gamma: int, batch: int = 1, forced: int = 0) -> float:
+        """The expected speedup of drafts of ``gamma`` tokens at the current α and ``batch`` sessions, in a step that
+        feeds ``forced`` grammar tokens before them (a plain step feeds those too: ``forced + 1`` tokens for
+        ``v(forced + 1)``)."""
+        if forced <= 0 or gamma <= 0:
+            return expected_speedup(self.alpha, gamma, self.cost_ratio, self.verify(gamma + 1, batch))
+        plain = (forced + 1) / self.verify(forced + 1, batch)
+        drafted = forced + expected_tokens(self.alpha, gamma)
+        return drafted / (gamma * self.cost_ratio + self.verify(forced + gamma + 1, batch)) / plain
 
     def best(self, batch: int = 1) -> tuple[int, float]:
         """The rung with the highest expected speedup at the current α, and that speedup."""
         speedup, gamma = max((self.speedup(gamma, batch), gamma) for gamma in self.rungs)
         return gamma, speedup
 
-    def choose(self, batch: int = 1) -> int:
-        """The next draft's length at ``batch`` sessions; 0 means a plain step (speculation does not pay now)."""
+    def choose(self, batch: int = 1, forced: int = 0) -> int:
+        """The next draft's length at ``batch`` sessions, in a step that feeds ``forced`` grammar tokens first; 0
+        means a plain step (speculation does not pay now). The ladder and the toggle price a draft after a decode
+        step alone; a probe due while off waits for a step whose forced tokens make it cheapest."""
         if self.rung < 0:
             self.rung = self.rungs.index(self.best(batch)[0])
         here = self.speedup(self.rungs[self.rung], batch)
@@ -292,7 +321,8 @@ class DraftLength:
             self.idle = 0
             return gamma
         self.idle += 1
-        if self.idle >= self.probe_every:
+        free = self.speedup(self.rungs[0], batch, forced) >= 1.0
+        if self.idle >= self.probe_every and (free or self.idle >= PROBE_PATIENCE * self.probe_every):
             self.idle = 0
             return self.rungs[0]  # the cheapest draft: keeps α measured, so that speculation can come back on
         return 0
