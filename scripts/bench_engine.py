@@ -19,7 +19,7 @@ Part 3 times the model's largest linear layer on M rows at once against M times 
 of M decode steps can gain on this machine, since the linear layers are nearly all of a decode step's work.
 
     .venv/bin/python scripts/bench_engine.py --model runs/demo/checkpoint --data runs/demo/data/eval/data \
-        [--batch-sizes 1 4 16 50] [--dialogues 50] [--call-bias 1.5] [--one-token-steps]
+        [--batch-sizes 1 4 16 50] [--dialogues 50] [--call-bias 1.5] [--one-token-steps] [--plain-linear]
 """
 
 from __future__ import annotations
@@ -77,24 +77,34 @@ def play_batches(
     call_bias: float,
     one_token_steps: bool = False,
     profile: bool = False,
+    plain_linear: bool = False,
 ) -> None:
     """Part 1: the same sessions at each batch size (and, with ``one_token_steps``, each first decoded one token a
     forward); prints a table and the sessions whose logs differ from the first row's. ``in forwards s`` is the
     engine's own time in packed forwards; the rest of the wall time is the sessions' Python (policy, grammar,
-    runtime). With ``profile`` each arm runs again under torch's profiler, which splits it by operator."""
+    runtime). With ``profile`` each arm runs again under torch's profiler, which splits it by operator. With
+    ``plain_linear`` each batch size is also played with the linear layers through ``F.linear`` instead of the
+    engine's oneDNN-packed weights (``runtime.onednn_linear``), first."""
     config = SessionConfig(device=PROFILES["phone-135m"])
     print(f"{len(timelines)} dialogues, {torch.get_num_threads()} torch threads, call bias {call_bias:g}")
     print(
-        "| batch | forced tokens fed early | wall s | in forwards s | sessions/s | action tokens/s | forwards "
+        "| batch | linear layers | forced tokens fed early | wall s | in forwards s | sessions/s | action tokens/s "
+        "| forwards "
         "| mean batch | tokens fed | live accuracy | logs as the first row |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     reference = None
     first_seconds = None
     one_token: dict[int, float] = {}  # wall seconds of a batch size decoded one token a forward
-    arms = [(b, early) for b in batch_sizes for early in ([False, True] if one_token_steps else [True])]
-    for batch_size, early in arms:
-        play = functools.partial(play_arm, model, tokenizer, timelines, batch_size, call_bias, early, config)
+    plain: dict[int, float] = {}  # wall seconds of a batch size with plain linear layers
+    arms = [
+        (b, early, packed)
+        for b in batch_sizes
+        for early in ([False, True] if one_token_steps else [True])
+        for packed in ([False, True] if plain_linear else [True])
+    ]
+    for batch_size, early, packed in arms:
+        play = functools.partial(play_arm, model, tokenizer, timelines, batch_size, call_bias, early, config, packed)
         run, factory, seconds = play()
         first_seconds = first_seconds or seconds
         logs = [log.timeline.events for log in run.logs]
@@ -104,7 +114,8 @@ def play_batches(
         stats = factory.engine.stats
         tokens = factory.decoding.tokens
         print(
-            f"| {batch_size} | {factory.decoding.forced_tokens} | {seconds:.1f} | {stats.seconds:.1f} "
+            f"| {batch_size} | {'oneDNN packed' if factory.engine.linears else 'F.linear'} "
+            f"| {factory.decoding.forced_tokens} | {seconds:.1f} | {stats.seconds:.1f} "
             f"| {len(timelines) / seconds:.3f} "
             f"| {tokens / seconds:.1f} "
             f"| {stats.forwards} | {stats.rows / stats.forwards:.1f} | {stats.tokens} | {run.share('accurate'):.2f} "
@@ -117,6 +128,13 @@ def play_batches(
         print(f"  speedup over the first row: {first_seconds / seconds:.2f}x")
         if profile:
             print_profile(play, model)
+        if not packed:
+            plain[batch_size] = seconds
+        elif batch_size in plain:
+            print(
+                f"  oneDNN-packed linear layers, against F.linear at batch {batch_size}: "
+                f"{plain[batch_size] / seconds:.2f}x"
+            )
         if not early:
             one_token[batch_size] = seconds
         elif batch_size in one_token:
@@ -126,10 +144,13 @@ def play_batches(
             )
 
 
-def play_arm(model, tokenizer, timelines, batch_size: int, call_bias: float, early: bool, config):
+def play_arm(model, tokenizer, timelines, batch_size: int, call_bias: float, early: bool, config, packed=True):
     """Plays ``timelines`` all at once through an engine of ``batch_size`` (forced tokens fed early unless not
-    ``early``); returns the run, its policy factory (engine and decoding stats) and the wall seconds."""
+    ``early``; linear layers through the packed weights unless not ``packed``); returns the run, its policy factory
+    (engine and decoding stats) and the wall seconds."""
     factory = policy_factory("model", loaded=(model, tokenizer), call_bias=call_bias, batch_size=batch_size)
+    if not packed:
+        factory.engine.linears = None
     started = time.perf_counter()
     with one_token_a_forward(not early):
         run = run_policy("model", timelines, factory, make_backend, config, concurrency=len(timelines))
@@ -322,6 +343,9 @@ def main() -> None:
         help="part 1 plays each arm again under torch's profiler (it records every operator call: "
         "18.5 GB at batch 16 over 50 dialogues; cut --dialogues for batch 1)",
     )
+    parser.add_argument(
+        "--plain-linear", action="store_true", help="part 1 also plays each batch size with F.linear, before each"
+    )
     parser.add_argument("--contexts", type=int, nargs="*", default=[1100, 3000, 5000], help="part 2's context lengths")
     parser.add_argument("--rows", type=int, nargs="*", default=[1, 4, 16, 50], help="part 3's rows per matmul")
     args = parser.parse_args()
@@ -329,7 +353,16 @@ def main() -> None:
     model, tokenizer = load_policy_model(args.model)
     timelines = load_timeline_files([args.data])[: args.dialogues]
     if args.batch_sizes:
-        play_batches(model, tokenizer, timelines, args.batch_sizes, args.call_bias, args.one_token_steps, args.profile)
+        play_batches(
+            model,
+            tokenizer,
+            timelines,
+            args.batch_sizes,
+            args.call_bias,
+            args.one_token_steps,
+            args.profile,
+            args.plain_linear,
+        )
     if args.contexts:
         decode_floor(model, args.contexts)
         decode_breakdown(model, args.contexts[0])

@@ -20,6 +20,8 @@ How the packed forward works, on transformers' own model code:
   not depend on which other sessions share its forward (up to float reordering in a matmul of more rows).
 - The system prompt (the tools' schemas, hundreds of tokens, the same for every session of a domain) is computed
   once per engine and copied into each new session's buffers.
+- On a CPU the linear layers run through oneDNN over weights packed once (:mod:`runtime.onednn_linear`), for the
+  engine's forwards only.
 
 A session's model work is written as a generator of :class:`Forward` requests (``ModelPolicy``): the engine sends
 each request's logits back into it. :meth:`Engine.run` drives one generator alone (batch 1); :meth:`Engine.submit`
@@ -42,6 +44,7 @@ from typing import Any
 import torch
 
 from clocktune.runtime.incremental import streaming_mask
+from clocktune.runtime.onednn_linear import packed_linears
 
 __all__ = [
     "ATTENTION",
@@ -310,13 +313,16 @@ class Engine:
         model: A causal LM in eval mode whose attention is sdpa-compatible (Llama, Qwen2 and the other
             ``AttentionInterface`` models of transformers).
         batch_size: Most sessions' forwards in one packed forward.
+        onednn: Linear layers through oneDNN's packed weights (:mod:`runtime.onednn_linear`): ``None`` where that
+            is measured to pay (a CPU, float32, a small model), or on or off.
     """
 
-    def __init__(self, model: Any, batch_size: int = 1) -> None:
+    def __init__(self, model: Any, batch_size: int = 1, onednn: bool | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         _register_attention()
         self.model = model
+        self.linears = packed_linears(model, onednn)
         self.batch_size = batch_size
         self.layers = model.config.num_hidden_layers
         self.device = next(model.parameters()).device
@@ -390,7 +396,8 @@ class Engine:
         previous = config._attn_implementation
         config._attn_implementation = ATTENTION  # for this forward only: the model may be training between them
         try:
-            with first_layers(self.model, layers):
+            linears = self.linears.installed() if self.linears is not None else contextlib.nullcontext()
+            with first_layers(self.model, layers), linears:
                 output = self._packed(ids, positions, keep, rows)
         finally:
             config._attn_implementation = previous
