@@ -49,7 +49,8 @@ def operator_split(events, steps: int = 1) -> dict[str, float]:
     def per_step(keep) -> float:
         return sum(event.self_cpu_time_total for event in events if keep(event.key)) / steps / 1e3
 
-    matmul = per_step(lambda key: key in ("aten::mm", "aten::addmm", "aten::bmm"))
+    # The engine's linear layers through oneDNN's packed weights show as mkldnn::_linear_pointwise.
+    matmul = per_step(lambda key: key in ("aten::mm", "aten::addmm", "aten::bmm", "mkldnn::_linear_pointwise"))
     attention = per_step(lambda key: "scaled_dot_product" in key)
     return {"matmul": matmul, "attention": attention, "other": per_step(lambda key: True) - matmul - attention}
 
