@@ -4,7 +4,7 @@ Why: a forward's linear layers are most of its time (two thirds of a batch-1 dec
 ``F.linear`` hands the weights as stored to MKL's GEMM; oneDNN's inner product over a weight reordered once into its
 own blocked layout (what inductor's CPU path does when it freezes a model) computes the same products sooner here.
 Measured on the demo's checkpoint (2-core AMD EPYC, docs/benchmarks-history.md): its 50 held-out dialogues played
-1.08x faster at batch 1 and 1.07x at batch 16, every log the same.
+1.08x faster at batch 1 (two runs) and 1.07x and 1.17x at batch 16, every log the same.
 
 What it costs: a second copy of the linear weights (the model keeps its own for training), so it is on by default
 only on a CPU, in float32, for a model whose linear weights take at most :data:`MAX_PACKED_BYTES`; and the results
