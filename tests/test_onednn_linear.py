@@ -9,8 +9,9 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from clocktune.runtime import onednn_linear
 from clocktune.runtime.engine import Engine, Forward
-from clocktune.runtime.onednn_linear import MAX_PACKED_BYTES, packed_linears
+from clocktune.runtime.onednn_linear import packed_linears
 from tests.tiny_models import TINY
 
 # oneDNN ships in PyTorch's CPU builds for x86 and ARM; where it does not, the engine runs F.linear and these tests
@@ -80,8 +81,10 @@ def test_a_lora_model_computes_its_adapters_through_the_packed_layers_and_follow
     assert torch.allclose(trained, logits(model, ids, onednn=False), atol=1e-5)
 
 
-def test_packing_is_off_by_default_for_a_model_whose_second_copy_would_be_large():
-    big = torch.nn.Linear(1, 1)
-    big.weight = torch.nn.Parameter(torch.empty(MAX_PACKED_BYTES // 4 + 1, 1))
+def test_packing_is_off_by_default_for_a_model_whose_second_copy_would_be_large(monkeypatch):
+    # The limit lowered to 1 KiB rather than a 2 GiB weight allocated: a 16 x 16 layer's 1,024 bytes fit, 17 x 16 not.
+    monkeypatch.setattr(onednn_linear, "MAX_PACKED_BYTES", 1024)
+    assert packed_linears(torch.nn.Linear(16, 16)) is not None
+    big = torch.nn.Linear(16, 17)
     assert packed_linears(big) is None and packed_linears(big, enabled=True) is not None
     assert packed_linears(torch.nn.Linear(4, 4).to(torch.bfloat16)) is None  # float32 only

@@ -2,7 +2,8 @@
 
 Why: a forward's linear layers are most of its time (two thirds of a batch-1 decode step). PyTorch's CPU
 ``F.linear`` hands the weights as stored to MKL's GEMM; oneDNN's inner product over a weight reordered once into its
-own blocked layout (what inductor's CPU path does when it freezes a model) computes the same products sooner here.
+own blocked layout (inductor's choice for a frozen float32 linear layer whose row count varies) computes the same
+products sooner here.
 Measured on the demo's checkpoint (2-core AMD EPYC, docs/benchmarks-history.md): its 50 held-out dialogues played
 1.08x faster at batch 1 (two runs) and 1.07x and 1.17x at batch 16, every log the same.
 
@@ -44,14 +45,11 @@ def _available() -> bool:
 
 
 def _packable(module: torch.nn.Module) -> bool:
-    weight = getattr(module, "weight", None)
+    if not isinstance(module, torch.nn.Linear):
+        return False
+    weight = module.weight
     # A plain float32 CPU tensor: not a quantized tensor subclass (torchao's drafters), not a meta or GPU weight.
-    return (
-        isinstance(module, torch.nn.Linear)
-        and type(weight.data) is torch.Tensor
-        and weight.dtype == torch.float32
-        and weight.device.type == "cpu"
-    )
+    return type(weight.data) is torch.Tensor and weight.dtype == torch.float32 and weight.device.type == "cpu"
 
 
 class PackedLinears:

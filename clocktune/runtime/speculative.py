@@ -321,8 +321,9 @@ class DraftLength:
             self.idle = 0
             return gamma
         self.idle += 1
-        free = self.speedup(self.rungs[0], batch, forced) >= 1.0
-        if self.idle >= self.probe_every and (free or self.idle >= PROBE_PATIENCE * self.probe_every):
+        waited_long = self.idle >= PROBE_PATIENCE * self.probe_every
+        # Priced only once due: this runs at every step while speculation is off.
+        if self.idle >= self.probe_every and (waited_long or self.speedup(self.rungs[0], batch, forced) >= 1.0):
             self.idle = 0
             return self.rungs[0]  # the cheapest draft: keeps α measured, so that speculation can come back on
         return 0
