@@ -10,7 +10,7 @@ paired interval or not. With ``--one-token-steps`` the recipe's λ is also train
 forward (the grammar's forced tokens not fed early, as before jump-forward), the base of the reduction column: the
 same rollouts, so the same training, in more forwards. The learning curves (success and latency p50 of the rollouts per step) go to ``--figure``.
 
-    .venv/bin/python scripts/bench_rl.py --checkpoint runs/demo/checkpoint --train-data runs/demo/data/train/data \
+    .venv/bin/python scripts/bench_rl.py --checkpoint runs/demo/checkpoint --train-data runs/demo/data/train \
         --eval-data runs/demo/data/eval/data --steps 20 [--lambdas 0.1 0] [--draft prompt_lookup] --out runs/bench-rl \
         [--one-token-steps] [--learning_rate 3e-4 --live_eval_steps 10 ...]
 
@@ -34,6 +34,7 @@ from clocktune.runtime.report import accuracy_delta_ci95, paired_bootstrap
 from clocktune.runtime.session import SessionConfig
 from clocktune.train import grpo
 from data_gen.backends import make_backend
+from data_gen.expert import experts_of_data
 
 RECIPE = "configs/smollm2-135m/grpo_cpu.yaml"
 CALL_BIAS = 1.5  # the demo's (clocktune.cli.demo.CALL_BIAS)
@@ -53,7 +54,7 @@ def train(args: argparse.Namespace, out: Path, latency_weight: float, draft: str
     argv = ["--config", args.recipe, "--model_name_or_path", args.checkpoint, "--train_data", args.train_data]
     argv += ["--output_dir", str(out), "--latency_weight", str(latency_weight), "--max_steps", str(args.steps)]
     argv += ["--rollout_draft", draft, "--save_strategy", "no", *args.recipe_args]
-    trainer = grpo.main(*grpo.make_parser().parse_args_and_config(args=argv), make_backend)
+    trainer = grpo.main(*grpo.make_parser().parse_args_and_config(args=argv), make_backend, experts=experts_of_data)
     history = trainer.state.log_history
     (out / "log_history.json").write_text(json.dumps(history, indent=1))
     return history
@@ -140,7 +141,7 @@ def main() -> None:
     """Parses the command line, trains, plays and prints the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", default="runs/demo/checkpoint", help="the SFT checkpoint GRPO starts from")
-    parser.add_argument("--train-data", default="runs/demo/data/train/data", help="the tasks (training timelines)")
+    parser.add_argument("--train-data", default="runs/demo/data/train", help="the tasks (a generated folder)")
     parser.add_argument("--eval-data", default="runs/demo/data/eval/data", help="held-out timelines, played live")
     parser.add_argument("--recipe", default=RECIPE)
     parser.add_argument("--steps", type=int, default=20)

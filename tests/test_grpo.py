@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from clocktune.render import Rendering, render
+from clocktune.timeline.events import AGENT_KINDS
 from clocktune.timeline.io import write_timelines
 from clocktune.train.grpo import (
     ClockGRPOTrainer,
@@ -112,6 +113,52 @@ def test_each_rollouts_completion_is_the_renderers_ids_of_its_session_log_and_on
     assert len(output["success"]) == len(output["latency_s"]) == len(output["violations"]) == 4
     assert all(0 <= latency <= args.latency_cap_s for latency in output["latency_s"])
     assert trainer._metrics["train"]["rollout/seconds"][0] > 0
+
+
+def test_with_expert_generations_the_last_rollout_of_each_group_is_the_experts_replay_of_its_task_and_carries_loss(
+    generated, tiny_chatml_model, tmp_path
+):
+    from data_gen.expert import expert_factory
+
+    model, tokenizer = tiny_chatml_model
+    tasks = _tasks(generated, 2)
+    args = ClockGRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, rollout_turn_limit_s=2.0, rollout_max_notices=4, num_generations=2,
+        per_device_train_batch_size=4, expert_generations=1,
+    )  # fmt: skip
+    rows = StreamingRows()
+    rollouts = RuntimeRollouts(tasks, tokenizer, args, make_backend, rows, expert_factory("speculative"))
+    trainer = SimpleNamespace(
+        model=model,
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+        state=SimpleNamespace(global_step=0),
+        _metrics={"train": defaultdict(list)},
+    )
+    prompts = [task.id for task in tasks for _ in range(2)]
+    output = rollouts(prompts, trainer)
+    logs, _, _ = rollouts.play(model, prompts, 0)  # the same step: the same sessions
+    for index, task in ((1, tasks[0]), (3, tasks[1])):
+        # The expert takes the training timeline's actions, in its order (their times are the rollouts' device's),
+        # its session is rendered as every rollout is, and its own actions carry loss.
+        actions = [(e.kind, e.name, e.arguments, e.text) for e in logs[index].events if e.kind in AGENT_KINDS]
+        assert actions == [(e.kind, e.name, e.arguments, e.text) for e in task.events if e.kind in AGENT_KINDS]
+        rendering = render(logs[index], tokenizer)
+        system = sum(rendering.sink)
+        assert output["prompt_ids"][index] + output["completion_ids"][index] == rendering.input_ids
+        assert output["env_mask"][index] == [int(label != -100) for label in rendering.labels[system:]]
+        assert sum(output["env_mask"][index]) > 0
+        assert output["success"][index] == 1.0
+        rows.get(rendering.input_ids)
+    # The policy's rollouts are its own: random weights complete nothing, and the rollout curves read theirs alone.
+    assert output["success"][0] == output["success"][2] == 0.0
+    assert trainer._metrics["train"]["rollout/success"] == [0.0]
+    assert trainer._metrics["train"]["rollout/expert_success"] == [1.0]
+    with pytest.raises(ValueError, match="no experts were given"):
+        RuntimeRollouts(tasks, tokenizer, args, make_backend, StreamingRows())
+    with pytest.raises(ValueError, match="one after another"):
+        rollouts.play(model, [tasks[0].id, tasks[1].id, tasks[0].id, tasks[1].id], 0)
+    with pytest.raises(ValueError, match="expert_generations is 2"):
+        ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True, num_generations=2, expert_generations=2)
 
 
 def test_rollouts_hand_their_continuation_temperature_to_every_sessions_policy(

@@ -20,6 +20,13 @@ streaming mask (a revised partial or a superseded result hidden from its time on
 token (a 2D padding mask and default positions), so :class:`ClockGRPOTrainer` computes log-probs row by row under the
 session's own streaming mask and positions (:class:`StreamingRows` keeps each rollout's token times and visibility).
 
+With ``expert_generations`` set, the last of each task's rollouts are played by the generator's expert instead
+(mixed-policy GRPO, as LUFFY: Yan et al. 2025, "Learning to Reason under Off-Policy Guidance"): the group then holds
+a session that completes the task, and where the policy's own samples fail, its advantage pulls the policy toward
+the expert's actions in the same runtime, on the same task (``ClockGRPOConfig.expert_generations`` says how it is
+weighed). The expert comes from the caller (``experts``), as the on-policy rounds' does: this layer does not import
+the generator.
+
 The reward of a rollout is task success minus λ times the latency from the end of speech to the first words, minus
 penalties for side-effect violations and notices, each a reward function of its own so that every component is logged
 per step (:class:`~clocktune.train.grpo_config.ClockGRPOConfig`).
@@ -46,8 +53,10 @@ from clocktune.train.trainer import cache_over
 
 if TYPE_CHECKING:
     from clocktune.render import Rendering
+    from clocktune.runtime.policy import PolicyFactory
     from clocktune.timeline.events import Timeline
     from clocktune.tools import BackendFactory
+    from clocktune.train.on_policy import ExpertsBuilder
 
 __all__ = [
     "REWARDS",
@@ -159,6 +168,11 @@ class RuntimeRollouts:
         args: The run's config.
         backends: Builds each session's tool backend (``data_gen.backends.make_backend``).
         rows: Where each rollout's streaming metadata goes, for the trainer's log-prob pass.
+        experts: Builds the expert of one task, who plays the last ``args.expert_generations`` rollouts of each
+            task's group; needed only when that is above 0.
+
+    Raises:
+        ValueError: For tasks with the same id, or ``expert_generations`` above 0 without ``experts``.
     """
 
     def __init__(
@@ -168,12 +182,19 @@ class RuntimeRollouts:
         args: ClockGRPOConfig,
         backends: BackendFactory,
         rows: StreamingRows,
+        experts: PolicyFactory | None = None,
     ) -> None:
         from clocktune.runtime.device_profiles import load_device_profile, load_speculation_costs
 
         self.tasks = {task.id: task for task in tasks}
         if len(self.tasks) != len(tasks):
             raise ValueError("the training timelines' ids must be unique: a task is named by its id")
+        if args.expert_generations and experts is None:
+            raise ValueError(
+                f"expert_generations is {args.expert_generations} but no experts were given: pass the factory of "
+                "the data's experts (recipes/grpo.py passes data_gen's experts_of_data), or set it to 0"
+            )
+        self.experts = experts
         self.tokenizer = tokenizer
         self.args = args
         self.backends = backends
@@ -186,6 +207,13 @@ class RuntimeRollouts:
     def seeds(self, step: int, count: int) -> list[int]:
         """The sampling seed of each rollout of a step: the same after a resume, different for every copy."""
         return [(self.args.seed * 1_000_003 + step) * 10_007 + index for index in range(count)]
+
+    def played_by_expert(self, index: int) -> bool:
+        """Whether the rollout at ``index`` of a call is the expert's: the last ``expert_generations`` of each group
+        of ``num_generations`` (TRL hands a group's copies of a task one after another and computes advantages over
+        each such run)."""
+        generations = self.args.num_generations
+        return index % generations >= generations - self.args.expert_generations
 
     def _drafter(self, model: Any) -> Any:
         if self.drafter is None and self.args.rollout_draft != "none":
@@ -211,12 +239,23 @@ class RuntimeRollouts:
             if task is None:
                 raise ValueError(f"prompt {task_id!r} names no training timeline (a prompt is a task's id)")
             copies.append(dataclasses.replace(task, id=f"{task_id}#{index}"))
+        experts = {copy.id for index, copy in enumerate(copies) if self.played_by_expert(index)}
+        if experts:
+            generations = self.args.num_generations
+            groups = [task_ids[start : start + generations] for start in range(0, len(task_ids), generations)]
+            if len(task_ids) % generations or any(len(set(group)) != 1 for group in groups):
+                raise ValueError(
+                    f"expert_generations needs each task's {generations} copies one after another, as TRL hands "
+                    f"them: got {list(task_ids)}"
+                )
         seeds = dict(zip((copy.id for copy in copies), self.seeds(step, len(copies)), strict=True))
         engine = Engine(model, self.args.runtime_batch_size or len(copies))
         drafter = self._drafter(model)
         decoding = SpeculationStats(drafter.name if drafter is not None else "none")
 
-        def policy(timeline: Timeline) -> ModelPolicy:
+        def policy(timeline: Timeline) -> Any:
+            if timeline.id in experts:
+                return self.experts(timeline)
             return ModelPolicy(
                 model,
                 self.tokenizer,
@@ -262,16 +301,21 @@ class RuntimeRollouts:
         cap = self.args.latency_cap_s
         results = run.results
         latencies = [min(r.latency_s, cap) if r.latency_s is not None else cap for r in results]
+        # The policy's own rollouts: the expert's would make the curves of success and latency read its figures.
+        own = [index for index in range(len(results)) if not self.played_by_expert(index)]
         summary = decoding.summary()
         self.last = {
             "rollout/seconds": seconds,
-            "rollout/success": statistics.fmean(float(r.accurate) for r in results),
-            "rollout/latency_p50_s": statistics.median(latencies),
+            "rollout/success": statistics.fmean(float(results[index].accurate) for index in own),
+            "rollout/latency_p50_s": statistics.median(latencies[index] for index in own),
             "rollout/acceptance": summary["alpha"] or 0.0,
             "rollout/draft_length": summary["mean_draft_length"] or 0.0,
             "rollout/speculative_share": summary["speculative_share"] or 0.0,
             "rollout/switched_on_batch": float(summary["switched_on_batch"]),
         }
+        if len(own) < len(results):
+            theirs = [index for index in range(len(results)) if self.played_by_expert(index)]
+            self.last["rollout/expert_success"] = statistics.fmean(float(results[index].accurate) for index in theirs)
         rebuilds = getattr(self.drafter, "rebuild_s", None)  # a quantized drafter, rebuilt from this step's weights
         if rebuilds:
             self.last["rollout/drafter_rebuild_s"] = rebuilds[-1]
@@ -394,6 +438,7 @@ def build_trainer(
     model_args: Any,
     backends: BackendFactory,
     callbacks: list | None = None,
+    experts: ExpertsBuilder | None = None,
 ) -> ClockGRPOTrainer:
     """The trainer of a GRPO run in the runtime: the starting checkpoint, a fresh LoRA when asked, the tasks, the
     rollout function and, when ``live_eval_steps`` is set, the live-evaluation callback.
@@ -405,9 +450,12 @@ def build_trainer(
             the clock tokens); LoRA settings as in SFT.
         backends: Builds each rollout's tool backend (``data_gen.backends.make_backend``).
         callbacks: Extra ``TrainerCallback`` objects.
+        experts: ``experts(strategy, data_folder)``, the factory of the experts that play the expert's rollouts
+            (``expert_generations``) of the first ``train_data`` folder's tasks (``data_gen.expert.experts_of_data``).
 
     Raises:
-        ValueError: When ``train_data`` is empty.
+        ValueError: When ``train_data`` is empty, or ``expert_generations`` is set without ``experts`` or over tasks
+            the expert cannot rebuild.
     """
     from trl import get_peft_config
 
@@ -417,6 +465,17 @@ def build_trainer(
     if not data_args.train_data:
         raise ValueError("train_data is empty: pass the timelines whose tasks the rollouts play")
     tasks = load_timeline_files(data_args.train_data)
+    task_experts = None
+    if training_args.expert_generations:
+        if experts is None:
+            raise ValueError(
+                f"expert_generations is {training_args.expert_generations} but no experts were given: call "
+                "main(..., experts=...) (recipes/grpo.py passes data_gen's experts_of_data), or set it to 0"
+            )
+        task_experts = experts(training_args.rollout_expert, str(data_args.train_data[0]))
+        # The expert rebuilds a task from its timeline's seed under the data's generator config: other data fails
+        # here, in seconds, not at the first rollout.
+        task_experts(tasks[0])
     live_eval = None
     if training_args.live_eval_steps > 0:
         from clocktune.train.live_eval import load_live_eval_inputs
@@ -435,7 +494,7 @@ def build_trainer(
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
         callbacks=callbacks,
-        rollout_func=RuntimeRollouts(tasks, tokenizer, training_args, backends, rows),
+        rollout_func=RuntimeRollouts(tasks, tokenizer, training_args, backends, rows, task_experts),
         streaming_rows=rows,
     )
     if live_eval is not None:
@@ -463,6 +522,7 @@ def main(
     model_args: Any,
     backends: BackendFactory,
     callbacks: list | None = None,
+    experts: ExpertsBuilder | None = None,
 ) -> ClockGRPOTrainer:
     """Trains the policy by GRPO in the runtime, resuming from the last checkpoint in ``output_dir``, and saves it
     merged onto its start, with its training record (arguments as :func:`build_trainer`'s). It pushes nothing
@@ -476,7 +536,7 @@ def main(
     from clocktune.runtime.policy_factories import model_load_kwargs
     from clocktune.train.policy_save import save_policy
 
-    trainer = build_trainer(data_args, training_args, model_args, backends, callbacks)
+    trainer = build_trainer(data_args, training_args, model_args, backends, callbacks, experts)
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint is None and os.path.isdir(training_args.output_dir):
         checkpoint = get_last_checkpoint(training_args.output_dir)
@@ -504,13 +564,16 @@ def make_parser() -> Any:
 
 
 def run(
-    argv: list[str] | None = None, backends: Callable[[bool], BackendFactory] | None = None
+    argv: list[str] | None = None,
+    backends: Callable[[bool], BackendFactory] | None = None,
+    experts: ExpertsBuilder | None = None,
 ) -> tuple[ClockGRPOTrainer, ClockGRPOConfig]:
     """Parses ``argv`` (``--config FILE`` and overrides) and trains; the entry point of ``recipes/grpo.py``.
 
     Args:
         argv: Command-line arguments; ``sys.argv[1:]`` when ``None``.
         backends: ``backends(trust_domain_code)``, the rollouts' tool backends (``data_gen.backends.session_backends``).
+        experts: ``experts(strategy, data_folder)``, for ``expert_generations`` (``data_gen.expert.experts_of_data``).
 
     Returns:
         ``(trainer, training_args)``: the trainer after training and the parsed training arguments, whose
@@ -520,4 +583,5 @@ def run(
     data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
     if backends is None:
         raise ValueError("GRPO plays its rollouts in the runtime: pass the tool backends (recipes/grpo.py does)")
-    return main(data_args, training_args, model_args, backends(data_args.trust_domain_code)), training_args
+    factory = backends(data_args.trust_domain_code)
+    return main(data_args, training_args, model_args, factory, experts=experts), training_args

@@ -53,6 +53,17 @@ class ClockGRPOConfig(GRPOConfig):
             A rollout ends after this many notices (``SessionConfig``).
         constrained_decoding (`bool`, *optional*, defaults to `True`):
             Rollouts decode under the grammar of valid actions.
+        expert_generations (`int`, *optional*, defaults to `0`):
+            Of each task's ``num_generations`` rollouts, how many the expert plays instead of the policy (the
+            generator's expert, ``rollout_expert``, rebuilding the task from its timeline's seed): mixed-policy GRPO
+            (LUFFY, Yan et al. 2025). The expert's session is scored and rendered like the others and joins its
+            group; its action tokens carry loss at ratio 1 (TRL takes the policy's own log-probs as the old ones when
+            a rollout gives none), so it weighs as a sample of the policy would: its advantage times the gradient of
+            the policy's log-probability of the expert's tokens. Without dividing by the group's spread, an expert
+            that completes the task has advantage ``1 - the group's mean success``: it pulls hardest where the
+            policy's own samples fail, and barely where they succeed. 0: every rollout is the policy's.
+        rollout_expert (`str`, *optional*, defaults to `"speculative"`):
+            The expert strategy that plays the expert's rollouts (``data_gen.expert.EXPERT_STRATEGIES``).
         runtime_batch_size (`int`, *optional*):
             Most sessions in one forward of the rollouts' engine (``None``: every rollout of the step at once).
         live_eval_steps, live_eval_sessions, live_eval_data, live_eval_profile, live_eval_call_bias:
@@ -96,6 +107,10 @@ class ClockGRPOConfig(GRPOConfig):
     rollout_turn_limit_s: float = field(default=60.0, metadata={"help": "A rollout's turn limit, seconds."})
     rollout_max_notices: int = field(default=12, metadata={"help": "A rollout ends after this many notices."})
     constrained_decoding: bool = field(default=True, metadata={"help": "Rollouts decode under the action grammar."})
+    expert_generations: int = field(
+        default=0, metadata={"help": "Of each task's num_generations rollouts, how many the expert plays."}
+    )
+    rollout_expert: str = field(default="speculative", metadata={"help": "The expert strategy of those rollouts."})
     runtime_batch_size: int | None = field(default=None, metadata={"help": "Most sessions in one forward."})
     live_eval_steps: int = field(default=0, metadata={"help": "Play held-out dialogues live every this many steps."})
     live_eval_sessions: int = field(default=20, metadata={"help": "Timelines of live_eval_data to play live."})
@@ -125,5 +140,10 @@ class ClockGRPOConfig(GRPOConfig):
             raise ValueError("latency_weight, violation_penalty and notice_penalty are penalties: give them >= 0")
         if self.rollout_continuation_temperature is not None and self.rollout_continuation_temperature < 0:
             raise ValueError("rollout_continuation_temperature must be >= 0 (0: greedy past an action's first token)")
+        if not 0 <= self.expert_generations < self.num_generations:
+            raise ValueError(
+                f"expert_generations is {self.expert_generations}: give 0 to num_generations - 1 "
+                f"({self.num_generations - 1}), so that each task's group holds a rollout of the policy"
+            )
         if self.live_eval_steps > 0 and not self.live_eval_data:
             raise ValueError("live_eval_steps is set but live_eval_data is empty: name held-out timelines")
