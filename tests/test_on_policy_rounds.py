@@ -188,5 +188,7 @@ def test_rounds_without_experts_or_of_data_without_its_generator_config_fail_bef
         main(*parsed, experts=experts_of_data)
     # The shards' folder, not the generated one: no generation.json beside them.
     assert clocktune(["train", *sft_args(missing, data / "data", root / "refused", *ROUND)]) == 2
-    assert f"{data / 'data' / 'generation.json'}: not found" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert f"{data / 'data' / 'generation.json'}: not found" in error
+    assert f"name the generated folder above it, {data}" in error
     assert not (root / "refused").exists()

@@ -109,8 +109,8 @@ def generator_config_of(data_dir: str | Path) -> GeneratorConfig:
     """
     path = Path(data_dir) / "generation.json"
     if not path.is_file():
-        above = Path(data_dir).parent / "generation.json"
-        hint = f": name {Path(data_dir).parent}, the generated folder, whose {above.name} it is" if above.is_file() else ""
+        parent = Path(data_dir).parent
+        hint = f"; name the generated folder above it, {parent}" if (parent / "generation.json").is_file() else ""
         raise FileNotFoundError(
             f"{path}: not found; an expert rebuilds tasks from the generator config of generated data "
             f"(imported BFCL or chat data have no task to rebuild){hint}"
