@@ -12,6 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from clocktune.runtime import onednn_linear
 from clocktune.runtime.engine import Engine, Forward
 from clocktune.runtime.onednn_linear import packed_linears
+from clocktune.runtime.weight_changes import weights_stamp
 from tests.tiny_models import TINY
 
 # oneDNN ships in PyTorch's CPU builds for x86 and ARM; where it does not, the engine runs F.linear and these tests
@@ -61,6 +62,27 @@ def test_a_weight_changed_by_an_optimizer_step_is_packed_again_before_the_next_f
     after = logits(model, ids)
     assert not torch.allclose(before, after, atol=1e-3)  # the step moved the logits ...
     assert torch.allclose(after, logits(model, ids, onednn=False), atol=1e-5)  # ... and the packed layers follow
+
+
+def test_a_fused_adamw_step_which_moves_no_version_counter_is_followed_by_the_packed_layers_and_the_drafters_stamp():
+    # The 🤗 Trainer's default optimizer (adamw_torch_fused) writes the weights without moving their version counters:
+    # a stamp of storage and version alone kept the packed weights of before the step (a GRPO run's rollouts played
+    # its first weights throughout).
+    model = tiny_model()
+    ids = [7, 8, 9]
+    before = logits(model, ids)
+    stamp = weights_stamp(model)
+    versions = [parameter._version for parameter in model.parameters()]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+    model.train()
+    model(torch.tensor([ids]), labels=torch.tensor([ids])).loss.backward()
+    optimizer.step()
+    model.eval()
+    assert [parameter._version for parameter in model.parameters()] == versions  # what the stamp must not rely on
+    assert weights_stamp(model) != stamp  # a quantized drafter derives its copy again
+    after = logits(model, ids)
+    assert not torch.allclose(before, after, atol=1e-3)
+    assert torch.allclose(after, logits(model, ids, onednn=False), atol=1e-5)
 
 
 def test_a_lora_model_computes_its_adapters_through_the_packed_layers_and_follows_their_training():

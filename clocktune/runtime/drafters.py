@@ -43,6 +43,7 @@ import torch
 
 from clocktune.runtime.engine import Engine, EngineSession, Forward, decoder_layers
 from clocktune.runtime.token_picking import SamplingNoise
+from clocktune.runtime.weight_changes import weights_stamp
 
 __all__ = [
     "DRAFTERS",
@@ -290,18 +291,6 @@ class LayerSkipDrafter:
         draft = yield from _draft_work(forward, request.ids[request.cached :], request)
         request.session.crop(request.cached)
         return draft
-
-
-def weights_stamp(model: Any) -> tuple[int, ...]:
-    """What changes when a model's weights do: each parameter's storage and in-place version counter.
-
-    Args:
-        model: A torch module.
-
-    Returns:
-        A tuple that differs after an optimizer step, a merge or a reload.
-    """
-    return tuple(value for p in model.parameters() for value in (p.data_ptr(), p._version))
 
 
 class QuantizedDrafter:

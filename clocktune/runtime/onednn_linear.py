@@ -13,9 +13,9 @@ differ from ``F.linear``'s by float reordering (~1e-6), as any two BLAS kernels'
 
 Only the engine's forwards use it: :meth:`PackedLinears.installed` gives each ``nn.Linear`` of the model an instance
 ``forward`` for the duration of one forward and takes it away after, so training, TRL's log-prob passes and copies
-of the model (``deepcopy``) see plain modules. A weight changed (an optimizer step, a state dict loaded, a weight
-replaced) moves its tensor's version or storage, and the next forward packs it again; a change through ``.data`` in
-place moves neither, as for the quantized drafter's rebuild.
+of the model (``deepcopy``) see plain modules. A weight changed (an optimizer step, fused ones included, a state
+dict loaded, a weight replaced) moves its stamp (:mod:`runtime.weight_changes`, as for the quantized drafter's
+rebuild), and the next forward packs it again; a change through ``.data`` outside an optimizer moves nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from clocktune.runtime.weight_changes import tensor_stamp
 
 __all__ = ["MAX_PACKED_BYTES", "PackedLinears", "packed_linears"]
 
@@ -61,8 +63,8 @@ class PackedLinears:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.modules = [module for module in model.modules() if _packable(module)]
-        # Per module: (the weight's storage and version when packed, the packed weight).
-        self._packed: dict[int, tuple[tuple[int, int], torch.Tensor]] = {}
+        # Per module: (the weight's stamp when packed, the packed weight).
+        self._packed: dict[int, tuple[tuple[int, int, int], torch.Tensor]] = {}
         self.packs = 0  # weights packed so far (a count for tests and benchmarks)
         # Each module's forward, made once: installing them is then two dict writes a module (~1 ms a forward
         # through nn.Module's own attribute setting, for the embedded model's 211 layers).
@@ -72,7 +74,7 @@ class PackedLinears:
     def weight(self, module: torch.nn.Linear) -> torch.Tensor:
         """The module's weight packed for oneDNN, packed again if it changed since."""
         weight = module.weight
-        stamp = (weight.data_ptr(), weight._version)  # as the quantized drafter's rebuild (drafters.weights_stamp)
+        stamp = tensor_stamp(weight)
         held = self._packed.get(id(module))
         if held is None or held[0] != stamp:
             held = (stamp, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1))
