@@ -239,8 +239,8 @@ class RuntimeRollouts:
             if task is None:
                 raise ValueError(f"prompt {task_id!r} names no training timeline (a prompt is a task's id)")
             copies.append(dataclasses.replace(task, id=f"{task_id}#{index}"))
-        experts = {copy.id for index, copy in enumerate(copies) if self.played_by_expert(index)}
-        if experts:
+        expert_copies = {copy.id for index, copy in enumerate(copies) if self.played_by_expert(index)}
+        if expert_copies:
             generations = self.args.num_generations
             groups = [task_ids[start : start + generations] for start in range(0, len(task_ids), generations)]
             if len(task_ids) % generations or any(len(set(group)) != 1 for group in groups):
@@ -254,7 +254,7 @@ class RuntimeRollouts:
         decoding = SpeculationStats(drafter.name if drafter is not None else "none")
 
         def policy(timeline: Timeline) -> Any:
-            if timeline.id in experts:
+            if timeline.id in expert_copies:
                 return self.experts(timeline)
             return ModelPolicy(
                 model,
@@ -303,6 +303,7 @@ class RuntimeRollouts:
         latencies = [min(r.latency_s, cap) if r.latency_s is not None else cap for r in results]
         # The policy's own rollouts: the expert's would make the curves of success and latency read its figures.
         own = [index for index in range(len(results)) if not self.played_by_expert(index)]
+        theirs = [index for index in range(len(results)) if self.played_by_expert(index)]
         summary = decoding.summary()
         self.last = {
             "rollout/seconds": seconds,
@@ -313,8 +314,7 @@ class RuntimeRollouts:
             "rollout/speculative_share": summary["speculative_share"] or 0.0,
             "rollout/switched_on_batch": float(summary["switched_on_batch"]),
         }
-        if len(own) < len(results):
-            theirs = [index for index in range(len(results)) if self.played_by_expert(index)]
+        if theirs:
             self.last["rollout/expert_success"] = statistics.fmean(float(results[index].accurate) for index in theirs)
         rebuilds = getattr(self.drafter, "rebuild_s", None)  # a quantized drafter, rebuilt from this step's weights
         if rebuilds:
