@@ -96,8 +96,7 @@ def play_batches(
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     reference = None
     first_seconds = None
-    one_token: dict[int, float] = {}  # wall seconds of a batch size decoded one token a forward
-    plain: dict[int, float] = {}  # wall seconds of a batch size with plain linear layers
+    timed: dict[tuple[int, bool, bool], float] = {}  # wall seconds of each arm: (batch size, early, packed)
     arms = [
         (b, early, packed)
         for b in batch_sizes
@@ -129,20 +128,14 @@ def play_batches(
         print(f"  speedup over the first row: {first_seconds / seconds:.2f}x")
         if profile:
             print_profile(play, model)
-        if not packed:
-            plain[batch_size] = seconds
-        elif batch_size in plain:
-            print(
-                f"  oneDNN-packed linear layers, against F.linear at batch {batch_size}: "
-                f"{plain[batch_size] / seconds:.2f}x"
-            )
-        if not early:
-            one_token[batch_size] = seconds
-        elif batch_size in one_token:
-            print(
-                f"  forced tokens fed early, against one token a forward at batch {batch_size}: "
-                f"{one_token[batch_size] / seconds:.2f}x"
-            )
+        timed[batch_size, early, packed] = seconds
+        # Each arm against the arm that differs from it in one setting alone, played just before it.
+        for what, base, baseline in (
+            ("oneDNN-packed linear layers", (batch_size, early, False), "F.linear"),
+            ("forced tokens fed early", (batch_size, False, packed), "one token a forward"),
+        ):
+            if base != (batch_size, early, packed) and base in timed:
+                print(f"  {what}, against {baseline} at batch {batch_size}: {timed[base] / seconds:.2f}x")
 
 
 def play_arm(model, tokenizer, timelines, batch_size: int, call_bias: float, early: bool, config, packed=True):

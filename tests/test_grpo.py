@@ -47,6 +47,16 @@ def _args(tmp_path, checkpoint, data, *extra):
     return make_parser().parse_args_and_config(args=_argv(tmp_path, checkpoint, data, *extra))
 
 
+def _rollout_trainer(model):
+    # What the rollout function reads of TRL's trainer: the model, the accelerator's unwrap, the step, the metrics.
+    return SimpleNamespace(
+        model=model,
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+        state=SimpleNamespace(global_step=0),
+        _metrics={"train": defaultdict(list)},
+    )
+
+
 @pytest.fixture
 def checkpoint(tmp_path, tiny_four_layer_model):
     # Peaky next-token distributions: hiding a token moves the log-probs after it measurably.
@@ -89,12 +99,7 @@ def test_each_rollouts_completion_is_the_renderers_ids_of_its_session_log_and_on
     monkeypatch.setattr(ModelPolicy, "close", keep_fed)
     rows = StreamingRows()
     rollouts = RuntimeRollouts(tasks, tokenizer, args, make_backend, rows)
-    trainer = SimpleNamespace(
-        model=model,
-        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
-        state=SimpleNamespace(global_step=0),
-        _metrics={"train": defaultdict(list)},
-    )
+    trainer = _rollout_trainer(model)
     prompts = [task.id for task in tasks for _ in range(2)]
     output = rollouts(prompts, trainer)
     logs, _, _ = rollouts.play(model, prompts, 0)  # the same step: the same seeds, so the same sessions
@@ -128,12 +133,7 @@ def test_with_expert_generations_the_last_rollout_of_each_group_is_the_experts_r
     )  # fmt: skip
     rows = StreamingRows()
     rollouts = RuntimeRollouts(tasks, tokenizer, args, make_backend, rows, expert_factory("speculative"))
-    trainer = SimpleNamespace(
-        model=model,
-        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
-        state=SimpleNamespace(global_step=0),
-        _metrics={"train": defaultdict(list)},
-    )
+    trainer = _rollout_trainer(model)
     prompts = [task.id for task in tasks for _ in range(2)]
     output = rollouts(prompts, trainer)
     logs, _, _ = rollouts.play(model, prompts, 0)  # the same step: the same sessions
