@@ -241,16 +241,24 @@ def test_a_grpo_run_logs_every_reward_component_and_killed_mid_step_resumes_with
         return output
 
     monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", recording)
-    save = ["--save_strategy", "steps", "--save_steps", "1", "--max_steps", "2"]
+    save = ["--save_strategy", "steps", "--save_steps", "1", "--max_steps", "2", "--progress_weight", "0.5"]
     # Live evaluation as in SFT (it restores the random state, so the run's steps are those of a run without it).
     live = ["--live_eval_steps", "2", "--live_eval_sessions", "1", "--live_eval_data", str(tmp_path / "tasks.jsonl")]
     whole = grpo.main(
         *_args(tmp_path / "whole", adapter_checkpoint, tmp_path / "tasks.jsonl", *save, *live), make_backend
     )
     logged = {key for entry in whole.state.log_history for key in entry}
-    for name in ("task_success", "first_words_latency", "side_effect_violations", "session_notices"):
+    for name in ("task_success", "first_words_latency", "side_effect_violations", "session_notices", "task_progress"):
         assert f"rewards/{name}/mean" in logged
     assert {"rollout/seconds", "rollout/acceptance", "rollout/switched_on_batch", "live/accuracy"} <= logged
+    # The reward is the components weighed by the config (progress rewarded at 0.5), the same sum of their means.
+    config = whole.args
+    weights = {"task_success": 1.0, "first_words_latency": -config.latency_weight}
+    weights |= {"side_effect_violations": -config.violation_penalty, "session_notices": -config.notice_penalty}
+    weights |= {"task_progress": 0.5}
+    for entry in (entry for entry in whole.state.log_history if "reward" in entry):
+        expected = sum(weight * entry[f"rewards/{name}/mean"] for name, weight in weights.items())
+        assert entry["reward"] == pytest.approx(expected, abs=1e-4)
     # The saved policy loads alone, with the trained weights: an adapter saved on this start would name the base
     # under the starting adapter, and load without it.
     from clocktune.runtime.policy_factories import load_policy_model

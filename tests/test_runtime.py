@@ -18,7 +18,13 @@ from clocktune.runtime.report import (
     read_outcomes,
     summarize_runs,
 )
-from clocktune.runtime.scoring import DialogueResult, latencies_from_speech_end, score_session, side_effect_violations
+from clocktune.runtime.scoring import (
+    DialogueResult,
+    latencies_from_speech_end,
+    score_session,
+    side_effect_violations,
+    task_progress,
+)
 from clocktune.runtime.scripted import SCRIPTED_POLICIES, ScriptedPolicy
 from clocktune.runtime.session import Session, SessionConfig
 from clocktune.runtime.virtual_clock import run_virtual
@@ -238,6 +244,47 @@ def test_scoring_checks_calls_state_and_answer_facts(generated):
     )
     assert not score_session(wrong_answer, "sync").answer_ok
     assert not score_session(replace(log, final_state={}), "sync").state_ok
+
+
+def test_task_progress_is_one_exactly_where_a_session_is_accurate_and_gives_part_credit_for_a_call_half_right(
+    generated,
+):
+    from dataclasses import replace
+
+    from clocktune.timeline.events import GroundTruthCall
+
+    timelines = [t for t in generated[0][:40] if t.ground_truth.calls]
+    config = SessionConfig(max_notices=8)
+    fuzzed = run_policy("fuzz", timelines, lambda t: _FuzzPolicy(hash(t.id) % 1000), make_backend, config)
+    scripted = run_policy("sync", timelines, lambda t: ScriptedPolicy(t, "sync"), make_backend, config)
+    for run in (fuzzed, scripted):
+        for result, log in zip(run.results, run.logs, strict=True):
+            progress = task_progress(log)
+            assert 0.0 <= progress <= 1.0
+            assert (progress == 1.0) == result.accurate, (log.timeline.id, progress, result.failure)
+    assert any(result.accurate for result in scripted.results)
+    assert any(0 < task_progress(log) < 1 for log in fuzzed.logs)
+
+    # One argument of one ground-truth call wrong: that call keeps its half for the tool and the share of its keys
+    # still right; the state and the answer keep theirs.
+    log = next(
+        log
+        for result, log in zip(scripted.results, scripted.logs, strict=True)
+        if result.accurate and log.timeline.ground_truth.calls[0].arguments
+    )
+    truth = log.timeline.ground_truth
+    first, *rest = truth.calls
+    key = sorted(first.arguments)[0]
+    wrong = GroundTruthCall(first.name, {**first.arguments, key: "not what was said"})
+    changed = replace(log, timeline=replace(log.timeline, ground_truth=replace(truth, calls=[wrong, *rest])))
+    share = (len(first.arguments) - 1) / len(first.arguments)
+    calls = (0.5 + 0.5 * share + len(rest)) / len(truth.calls)
+    assert not score_session(changed, "sync").accurate
+    assert task_progress(changed) == pytest.approx((calls + 1 + 1) / 3)
+    # A tool that never ran earns that call nothing.
+    renamed = GroundTruthCall("no_such_tool", first.arguments)
+    other = replace(log, timeline=replace(log.timeline, ground_truth=replace(truth, calls=[renamed, *rest])))
+    assert task_progress(other) == pytest.approx((len(rest) / len(truth.calls) + 1 + 1) / 3)
 
 
 def test_latency_counts_from_the_end_of_speech_even_when_the_agent_reads_it_late(generated):

@@ -120,6 +120,70 @@ def _failure(log: SessionLog, executed: list[tuple[str, dict]], calls_ok: bool, 
     return "answer_missing_facts" if log.answered else "unanswered"
 
 
+def _argument_share(wanted: dict, arguments: dict) -> float:
+    # The share of argument keys, of those either side names, whose value is right.
+    keys = set(wanted) | set(arguments)
+    if not keys:
+        return 1.0
+    same = [key for key in keys if key in wanted and key in arguments]
+    return sum(
+        json.dumps(wanted[key], sort_keys=True) == json.dumps(arguments[key], sort_keys=True) for key in same
+    ) / len(keys)
+
+
+def _calls_credit(truth: list, ran: list[tuple[str, dict]]) -> float:
+    # Each ground-truth call takes the unused executed call of its tool that matches it best (half for the tool, half
+    # for the arguments), so that one call cannot count for two.
+    if not truth:
+        return 1.0
+    unused = list(ran)
+    credits = []
+    for call in truth:
+        scored = [
+            (_argument_share(call.arguments, arguments), index)
+            for index, (name, arguments) in enumerate(unused)
+            if name == call.name
+        ]
+        if not scored:
+            credits.append(0.0)
+            continue
+        share, index = max(scored)
+        credits.append(0.5 + 0.5 * share)
+        del unused[index]
+    return statistics.fmean(credits)
+
+
+def task_progress(log: SessionLog) -> float:
+    """How much of its task a session got right, from 0 to 1: 1 exactly where it is accurate.
+
+    Task success is all or nothing, so a session that called the right tool with one argument wrong scores as one
+    that never called; a reward built on it alone tells a group of failing rollouts nothing about which came closer.
+    This is the mean of three shares, as fine-grained tool-use rewards are built (ToolRL, Qian et al. 2025): the
+    ground-truth calls (each half for its tool having run, half for the share of its argument keys run with the right
+    value, the best of the executed calls of that tool), the final state (1 where it equals the ground truth's), and
+    the facts said in the last final answer (0 when a turn went unanswered).
+
+    Args:
+        log: The session's log.
+
+    Returns:
+        The share, in [0, 1].
+    """
+    timeline = log.timeline
+    truth = timeline.ground_truth
+    calls = _calls_credit(truth.calls, executed_calls(timeline))
+    state = float(log.final_state == truth.final_state)
+    answers = [event.text or "" for event in timeline.events if event.kind == "say" and event.final]
+    last = answers[-1].lower() if answers else ""
+    if not log.answered:
+        facts = 0.0
+    elif truth.facts:
+        facts = sum(fact.lower() in last for fact in truth.facts) / len(truth.facts)
+    else:
+        facts = 1.0
+    return (calls + state + facts) / 3
+
+
 def latencies_from_speech_end(log: SessionLog) -> list[float]:
     """Seconds from each end of speech to the first words of its turn's final answer.
 

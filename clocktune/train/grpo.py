@@ -48,6 +48,7 @@ from trl import GRPOTrainer
 from clocktune.render import render
 from clocktune.runtime.engine import Engine, Forward
 from clocktune.runtime.incremental import streaming_mask
+from clocktune.runtime.scoring import task_progress as task_progress_of
 from clocktune.train.grpo_config import ClockGRPOConfig
 from clocktune.train.trainer import cache_over
 
@@ -70,6 +71,7 @@ __all__ = [
     "session_logprobs",
     "side_effect_violations",
     "session_notices",
+    "task_progress",
     "task_success",
 ]
 
@@ -95,7 +97,12 @@ def session_notices(prompts: list, completions: list, notices: list[int], **kwar
     return [float(value) for value in notices]
 
 
-REWARDS = [task_success, first_words_latency, side_effect_violations, session_notices]
+def task_progress(prompts: list, completions: list, progress: list[float], **kwargs: Any) -> list[float]:
+    """How much of its task the rollout got right, 0 to 1 (``clocktune.runtime.scoring.task_progress``)."""
+    return [float(value) for value in progress]
+
+
+REWARDS = [task_success, first_words_latency, side_effect_violations, session_notices, task_progress]
 
 
 class StreamingRows:
@@ -330,6 +337,7 @@ class RuntimeRollouts:
             "latency_s": latencies,
             "violations": [r.side_effect_violations for r in results],
             "notices": [r.notices for r in results],
+            "progress": [task_progress_of(log) for log in run.logs],
         }
 
 

@@ -18,14 +18,22 @@ class ClockGRPOConfig(GRPOConfig):
     batched by the engine. The reward of a rollout is
 
         success − latency_weight · latency_s − violation_penalty · violations − notice_penalty · notices
+            + progress_weight · progress
 
     each term a reward function of its own (``task_success``, ``first_words_latency``, ``side_effect_violations``,
-    ``session_notices``), so that TRL logs every component per step (``rewards/<name>/mean``); ``reward_weights``
-    are set from the fields below unless given.
+    ``session_notices``, ``task_progress``), so that TRL logs every component per step (``rewards/<name>/mean``);
+    ``reward_weights`` are set from the fields below unless given.
 
     Parameters:
         latency_weight (`float`, *optional*, defaults to `0.1`):
             λ: reward lost per second from the end of the user's speech to the agent's first words.
+        progress_weight (`float`, *optional*, defaults to `0.0`):
+            Reward per unit of the task's progress, the share of it got right (``runtime.scoring.task_progress``:
+            the ground-truth calls argument by argument, the final state, the facts said; 1 exactly where the rollout
+            succeeded). Success alone is all or nothing, so where a task's rollouts all fail their group learns only
+            from latency; with this, the one that called the right tool with the right arguments but one is ranked
+            above the one that never called, as fine-grained tool-use rewards do (ToolRL, Qian et al. 2025). 0: the
+            progress is logged (``rewards/task_progress/mean``) and not rewarded.
         latency_cap_s (`float`, *optional*, defaults to `10.0`):
             The latency charged to a session that never answered.
         violation_penalty (`float`, *optional*, defaults to `1.0`):
@@ -92,6 +100,7 @@ class ClockGRPOConfig(GRPOConfig):
         metadata={"help": "Advantages divided by the group's (group) or batch's (batch) spread, or not."},
     )
     latency_weight: float = field(default=0.1, metadata={"help": "λ: reward lost per second of latency."})
+    progress_weight: float = field(default=0.0, metadata={"help": "Reward per unit of the task's progress (0-1)."})
     latency_cap_s: float = field(default=10.0, metadata={"help": "Latency charged to a session that never answered."})
     violation_penalty: float = field(default=1.0, metadata={"help": "Reward lost per side-effect violation."})
     notice_penalty: float = field(default=0.1, metadata={"help": "Reward lost per notice."})
@@ -132,12 +141,20 @@ class ClockGRPOConfig(GRPOConfig):
                 "the loss. Leave it off"
             )
         if self.reward_weights is None:
-            self.reward_weights = [1.0, -self.latency_weight, -self.violation_penalty, -self.notice_penalty]
+            self.reward_weights = [
+                1.0,
+                -self.latency_weight,
+                -self.violation_penalty,
+                -self.notice_penalty,
+                self.progress_weight,
+            ]
         if isinstance(self.live_eval_data, str):
             self.live_eval_data = [self.live_eval_data]
         super().__post_init__()
         if self.latency_weight < 0 or self.violation_penalty < 0 or self.notice_penalty < 0:
             raise ValueError("latency_weight, violation_penalty and notice_penalty are penalties: give them >= 0")
+        if self.progress_weight < 0:
+            raise ValueError("progress_weight rewards progress toward the task: give it >= 0")
         if self.rollout_continuation_temperature is not None and self.rollout_continuation_temperature < 0:
             raise ValueError("rollout_continuation_temperature must be >= 0 (0: greedy past an action's first token)")
         if not 0 <= self.expert_generations < self.num_generations:
