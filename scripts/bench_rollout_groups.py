@@ -1,0 +1,114 @@
+"""Benchmark: what a GRPO group holds to learn from, on the tasks the greedy policy fails and on those it completes.
+
+Live accuracy is greedy play; GRPO learns from groups of sampled rollouts of one task, and a group teaches the greedy
+policy to do a task it fails only if one of the group's samples completes it (with the success reward, a group whose
+rollouts all fail moves only by their latency). This plays ``--tasks`` training tasks once greedily and ``--group``
+times sampled at each ``--temperatures``, as GRPO's rollouts do (the same runtime, engine, call bias and device
+profile; each copy its own sampling noise), and prints, per temperature: the samples' success, the share of tasks
+the greedy policy fails whose group holds a success (the signal toward them), the share of tasks it completes whose
+group holds a failure (the signal that can only hold what it does), and the share of groups with mixed outcomes.
+
+    .venv/bin/python scripts/bench_rollout_groups.py --checkpoint runs/demo/checkpoint \
+        --train-data runs/demo/data/train --tasks 48 --group 4 --temperatures 1.0 1.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+
+from clocktune.clock import PROFILES
+from clocktune.rendered_dataset import load_timeline_files
+from clocktune.runtime.play import run_policy
+from clocktune.runtime.policy_factories import load_policy_model, policy_factory
+from clocktune.runtime.session import SessionConfig
+from clocktune.train.grpo import RuntimeRollouts, StreamingRows
+from clocktune.train.grpo_config import ClockGRPOConfig
+from data_gen.backends import make_backend
+
+CALL_BIAS = 1.5  # the demo's and the GRPO recipe's
+
+
+def group_outcomes(greedy: Sequence[bool], groups: Sequence[Sequence[bool]]) -> dict[str, float | int]:
+    """What the groups hold against the greedy play of the same tasks.
+
+    Args:
+        greedy: Whether the greedy policy completed each task.
+        groups: Each task's sampled rollouts, completed or not.
+
+    Returns:
+        ``failed`` and ``completed`` (tasks the greedy policy failed and completed), ``sampled_success`` (share of
+        the samples that completed their task), ``success_where_greedy_failed`` (share of the failed tasks whose
+        group holds a success; ``nan`` without such tasks), ``failure_where_greedy_completed`` (the converse) and
+        ``mixed`` (share of groups holding both).
+    """
+    if len(greedy) != len(groups) or not groups:
+        raise ValueError(f"one group per task: {len(greedy)} greedy outcomes, {len(groups)} groups")
+    failed = [any(group) for done, group in zip(greedy, groups, strict=True) if not done]
+    completed = [not all(group) for done, group in zip(greedy, groups, strict=True) if done]
+    return {
+        "failed": len(failed),
+        "completed": len(completed),
+        "sampled_success": statistics.fmean(float(ok) for group in groups for ok in group),
+        "success_where_greedy_failed": statistics.fmean(failed) if failed else float("nan"),
+        "failure_where_greedy_completed": statistics.fmean(completed) if completed else float("nan"),
+        "mixed": statistics.fmean(float(any(group) and not all(group)) for group in groups),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--train-data", required=True, help="The training timelines (the GRPO recipe's tasks).")
+    parser.add_argument("--tasks", type=int, default=48, help="Training tasks drawn (seed 0).")
+    parser.add_argument("--group", type=int, default=4, help="Sampled rollouts a task (GRPO's num_generations).")
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0])
+    args = parser.parse_args()
+
+    model, tokenizer = load_policy_model(args.checkpoint)
+    timelines = load_timeline_files([args.train_data])
+    tasks = random.Random(0).sample(timelines, min(args.tasks, len(timelines)))
+    config = SessionConfig(device=PROFILES["phone-135m"])
+    started = time.perf_counter()
+    factory = policy_factory("model", loaded=(model, tokenizer), call_bias=CALL_BIAS)
+    greedy = [
+        result.accurate for result in run_policy("model", tasks, factory, make_backend, config, len(tasks)).results
+    ]
+    print(f"greedy: {sum(greedy)} of {len(tasks)} tasks completed ({time.perf_counter() - started:.0f} s)")
+    print(
+        "| temperature | samples' success | greedy failed: group holds a success | greedy completed: group holds a "
+        "failure | mixed groups | seconds |"
+    )
+    print("|---|---|---|---|---|---|")
+    ids = [task.id for task in tasks for _ in range(args.group)]
+    for temperature in args.temperatures:
+        with tempfile.TemporaryDirectory() as scratch:
+            grpo = ClockGRPOConfig(
+                output_dir=scratch,
+                use_cpu=True,
+                report_to="none",
+                temperature=temperature,
+                num_generations=args.group,
+                per_device_train_batch_size=args.group,
+                rollout_call_bias=CALL_BIAS,
+            )
+        rollouts = RuntimeRollouts(tasks, tokenizer, grpo, make_backend, StreamingRows())
+        started = time.perf_counter()
+        _, run, _ = rollouts.play(model, ids, step=0)
+        seconds = time.perf_counter() - started
+        outcomes = [result.accurate for result in run.results]
+        groups = [outcomes[start : start + args.group] for start in range(0, len(outcomes), args.group)]
+        figures = group_outcomes(greedy, groups)
+        print(
+            f"| {temperature:g} | {figures['sampled_success']:.3f} | {figures['success_where_greedy_failed']:.2f} "
+            f"(of {figures['failed']}) | {figures['failure_where_greedy_completed']:.2f} (of {figures['completed']}) "
+            f"| {figures['mixed']:.2f} | {seconds:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
