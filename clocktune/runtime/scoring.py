@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 from clocktune.runtime.session import SessionLog
 from clocktune.timeline.analysis import executed_calls
-from clocktune.timeline.events import Timeline
+from clocktune.timeline.events import GroundTruthCall, Timeline
 
 
 @dataclass
@@ -120,6 +120,13 @@ def _failure(log: SessionLog, executed: list[tuple[str, dict]], calls_ok: bool, 
     return "answer_missing_facts" if log.answered else "unanswered"
 
 
+def _facts_said(log: SessionLog) -> int:
+    # The ground truth's facts found in the last final answer (case aside).
+    answers = [event.text or "" for event in log.timeline.events if event.kind == "say" and event.final]
+    last = answers[-1].lower() if answers else ""
+    return sum(fact.lower() in last for fact in log.timeline.ground_truth.facts)
+
+
 def _argument_share(wanted: dict, arguments: dict) -> float:
     # The share of argument keys, of those either side names, whose value is right.
     keys = set(wanted) | set(arguments)
@@ -131,7 +138,7 @@ def _argument_share(wanted: dict, arguments: dict) -> float:
     ) / len(keys)
 
 
-def _calls_credit(truth: list, ran: list[tuple[str, dict]]) -> float:
+def _calls_credit(truth: list[GroundTruthCall], ran: list[tuple[str, dict]]) -> float:
     # Each ground-truth call takes the unused executed call of its tool that matches it best (half for the tool, half
     # for the arguments), so that one call cannot count for two.
     if not truth:
@@ -173,14 +180,10 @@ def task_progress(log: SessionLog) -> float:
     truth = timeline.ground_truth
     calls = _calls_credit(truth.calls, executed_calls(timeline))
     state = float(log.final_state == truth.final_state)
-    answers = [event.text or "" for event in timeline.events if event.kind == "say" and event.final]
-    last = answers[-1].lower() if answers else ""
     if not log.answered:
         facts = 0.0
-    elif truth.facts:
-        facts = sum(fact.lower() in last for fact in truth.facts) / len(truth.facts)
     else:
-        facts = 1.0
+        facts = _facts_said(log) / len(truth.facts) if truth.facts else 1.0
     return (calls + state + facts) / 3
 
 
@@ -220,9 +223,8 @@ def score_session(log: SessionLog, policy: str) -> DialogueResult:
     wanted = Counter(_key(call.name, call.arguments) for call in truth.calls)
     calls_ok = not (wanted - executed)
     state_ok = log.final_state == truth.final_state
-    answers = [event.text or "" for event in timeline.events if event.kind == "say" and event.final]
-    last = answers[-1].lower() if answers else ""
-    answer_ok = log.answered and all(fact.lower() in last for fact in truth.facts)
+    said = _facts_said(log)
+    answer_ok = log.answered and said == len(truth.facts)
     accurate = calls_ok and state_ok and answer_ok
     latencies = latencies_from_speech_end(log)
     latency = statistics.fmean(latencies) if log.answered and latencies else None
