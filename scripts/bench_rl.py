@@ -25,6 +25,7 @@ import math
 import statistics
 from pathlib import Path
 
+from clocktune.cli.demo import CALL_BIAS  # the demo's: the held-out dialogues are played as the demo plays them
 from clocktune.clock import PROFILES
 from clocktune.rendered_dataset import load_timeline_files
 from clocktune.runtime.model_policy import one_token_a_forward
@@ -37,7 +38,6 @@ from data_gen.backends import make_backend
 from data_gen.expert import experts_of_data
 
 RECIPE = "configs/smollm2-135m/grpo_cpu.yaml"
-CALL_BIAS = 1.5  # the demo's (clocktune.cli.demo.CALL_BIAS)
 
 
 def play(checkpoint: str | None, timelines, strategy: str = "model") -> PolicyRun:

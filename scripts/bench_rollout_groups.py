@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+from clocktune.cli.demo import CALL_BIAS  # the demo's, which the GRPO recipe's rollouts and live evaluation use
 from clocktune.clock import PROFILES
 from clocktune.rendered_dataset import load_timeline_files
 from clocktune.runtime.play import run_policy
@@ -29,8 +30,6 @@ from clocktune.runtime.session import SessionConfig
 from clocktune.train.grpo import RuntimeRollouts, StreamingRows
 from clocktune.train.grpo_config import ClockGRPOConfig
 from data_gen.backends import make_backend
-
-CALL_BIAS = 1.5  # the demo's and the GRPO recipe's
 
 
 def group_outcomes(greedy: Sequence[bool], groups: Sequence[Sequence[bool]]) -> dict[str, float | int]:
@@ -86,6 +85,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     ids = [task.id for task in tasks for _ in range(args.group)]
     for temperature in args.temperatures:
+        # The rollouts' config is GRPO's; nothing is trained or written (output_dir is required, and left empty).
         with tempfile.TemporaryDirectory() as scratch:
             grpo = ClockGRPOConfig(
                 output_dir=scratch,
@@ -96,10 +96,10 @@ def main() -> None:
                 per_device_train_batch_size=args.group,
                 rollout_call_bias=CALL_BIAS,
             )
-        rollouts = RuntimeRollouts(tasks, tokenizer, grpo, make_backend, StreamingRows())
-        started = time.perf_counter()
-        _, run, _ = rollouts.play(model, ids, step=0)
-        seconds = time.perf_counter() - started
+            rollouts = RuntimeRollouts(tasks, tokenizer, grpo, make_backend, StreamingRows())
+            started = time.perf_counter()
+            _, run, _ = rollouts.play(model, ids, step=0)
+            seconds = time.perf_counter() - started
         outcomes = [result.accurate for result in run.results]
         groups = [outcomes[start : start + args.group] for start in range(0, len(outcomes), args.group)]
         figures = group_outcomes(greedy, groups)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from clocktune.render import Rendering, render
+from clocktune.runtime.scoring import task_progress
 from clocktune.timeline.events import AGENT_KINDS
 from clocktune.timeline.io import write_timelines
 from clocktune.train.grpo import (
@@ -102,7 +103,7 @@ def test_each_rollouts_completion_is_the_renderers_ids_of_its_session_log_and_on
     trainer = _rollout_trainer(model)
     prompts = [task.id for task in tasks for _ in range(2)]
     output = rollouts(prompts, trainer)
-    logs, _, _ = rollouts.play(model, prompts, 0)  # the same step: the same seeds, so the same sessions
+    logs, run, _ = rollouts.play(model, prompts, 0)  # the same step: the same seeds, so the same sessions
     assert len(output["completion_ids"]) == 4
     for index, log in enumerate(logs):
         rendering = render(log, tokenizer)
@@ -116,6 +117,7 @@ def test_each_rollouts_completion_is_the_renderers_ids_of_its_session_log_and_on
     assert len(fed) >= 4 and all(any(ids[: len(f)] == f for ids in renderings) for f in fed.values())
     # Rewards' inputs, one per rollout, and the metrics of the rollout.
     assert len(output["success"]) == len(output["latency_s"]) == len(output["violations"]) == 4
+    assert output["progress"] == [task_progress(log) for log in run.logs]
     assert all(0 <= latency <= args.latency_cap_s for latency in output["latency_s"])
     assert trainer._metrics["train"]["rollout/seconds"][0] > 0
 
@@ -251,11 +253,13 @@ def test_a_grpo_run_logs_every_reward_component_and_killed_mid_step_resumes_with
     for name in ("task_success", "first_words_latency", "side_effect_violations", "session_notices", "task_progress"):
         assert f"rewards/{name}/mean" in logged
     assert {"rollout/seconds", "rollout/acceptance", "rollout/switched_on_batch", "live/accuracy"} <= logged
-    # The reward is the components weighed by the config (progress rewarded at 0.5), the same sum of their means.
+    # The reward is the components weighed by the config, the same sum of their means. The tiny model's rollouts make
+    # no progress (0 throughout), so the sum cannot see progress's weight: the trainer's weights are checked for it.
     config = whole.args
     weights = {"task_success": 1.0, "first_words_latency": -config.latency_weight}
     weights |= {"side_effect_violations": -config.violation_penalty, "session_notices": -config.notice_penalty}
     weights |= {"task_progress": 0.5}
+    assert whole.reward_weights.tolist() == pytest.approx(list(weights.values()))
     for entry in (entry for entry in whole.state.log_history if "reward" in entry):
         expected = sum(weight * entry[f"rewards/{name}/mean"] for name, weight in weights.items())
         assert entry["reward"] == pytest.approx(expected, abs=1e-4)

@@ -223,8 +223,7 @@ def score_session(log: SessionLog, policy: str) -> DialogueResult:
     wanted = Counter(_key(call.name, call.arguments) for call in truth.calls)
     calls_ok = not (wanted - executed)
     state_ok = log.final_state == truth.final_state
-    said = _facts_said(log)
-    answer_ok = log.answered and said == len(truth.facts)
+    answer_ok = log.answered and _facts_said(log) == len(truth.facts)
     accurate = calls_ok and state_ok and answer_ok
     latencies = latencies_from_speech_end(log)
     latency = statistics.fmean(latencies) if log.answered and latencies else None
