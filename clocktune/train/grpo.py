@@ -229,8 +229,11 @@ class RuntimeRollouts:
             self.drafter, self.costs = resolve_drafter(self.args.rollout_draft, model, self.costs)
         return self.drafter
 
-    def play(self, model: Any, task_ids: Sequence[str], step: int) -> tuple[list[Timeline], Any, Any]:
-        """Plays ``task_ids`` (repeats included), one session each, all at once.
+    def play(
+        self, model: Any, task_ids: Sequence[str], step: int, policy_only: bool = False
+    ) -> tuple[list[Timeline], Any, Any]:
+        """Plays ``task_ids`` (repeats included), one session each, all at once; with ``policy_only``, the expert
+        plays none of them (``expert_generations`` ignored).
 
         Returns:
             ``(logs, run, decoding)``: each session's log in order, the scored run, and the decoding metrics.
@@ -246,7 +249,8 @@ class RuntimeRollouts:
             if task is None:
                 raise ValueError(f"prompt {task_id!r} names no training timeline (a prompt is a task's id)")
             copies.append(dataclasses.replace(task, id=f"{task_id}#{index}"))
-        expert_copies = {copy.id for index, copy in enumerate(copies) if self.played_by_expert(index)}
+        by_expert = [not policy_only and self.played_by_expert(index) for index in range(len(copies))]
+        expert_copies = {copy.id for copy, expert in zip(copies, by_expert, strict=True) if expert}
         if expert_copies:
             generations = self.args.num_generations
             groups = [task_ids[start : start + generations] for start in range(0, len(task_ids), generations)]
@@ -492,6 +496,15 @@ def build_trainer(
     model, tokenizer = load_policy_model(model_args.model_name_or_path, **model_load_kwargs(model_args))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token  # TRL pads the prompts and completions of a batch
+    if training_args.screen_tasks:
+        from clocktune.train.task_screen import kept_tasks, screen_settings, screen_tasks
+
+        settings = screen_settings(training_args, model_args.model_name_or_path, data_args.train_data)
+        is_main = training_args.process_index == 0
+        screened = screen_tasks(model, tokenizer, tasks, training_args, backends, settings, write=is_main)
+        tasks = kept_tasks(tasks, screened, training_args.screen_keep)
+        if is_main:
+            print(f"screen: {len(tasks)} of {len(screened)} screened tasks kept ({training_args.screen_keep})")
     model.train()
     rows = StreamingRows()
     trainer = ClockGRPOTrainer(

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from clocktune.train.task_screen import SCREEN_RULES
+
 __all__ = ["ClockGRPOConfig"]
 
 
@@ -72,6 +74,15 @@ class ClockGRPOConfig(GRPOConfig):
             policy's own samples fail, and barely where they succeed. 0: every rollout is the policy's.
         rollout_expert (`str`, *optional*, defaults to `"speculative"`):
             The expert strategy that plays the expert's rollouts (``data_gen.expert.EXPERT_STRATEGIES``).
+        screen_tasks (`int`, *optional*, defaults to `0`):
+            Before training, play this many training tasks (drawn by ``seed``) with the starting policy, greedily
+            once and as a group of ``num_generations`` samples, and train only on those ``screen_keep`` keeps
+            (``clocktune.train.task_screen``; the outcomes go to ``output_dir/task_screen.json``, read back on a
+            resume). 0: every training task, unscreened.
+        screen_keep (`str`, *optional*, defaults to `"greedy_failed"`):
+            ``greedy_failed``: tasks greedy play fails and a sample completes, so that every group pulls the greedy
+            policy toward a task it does not do yet. ``mixed``: tasks whose samples both succeed and fail (DAPO's
+            dynamic sampling, once before training).
         runtime_batch_size (`int`, *optional*):
             Most sessions in one forward of the rollouts' engine (``None``: every rollout of the step at once).
         live_eval_steps, live_eval_sessions, live_eval_data, live_eval_profile, live_eval_call_bias:
@@ -120,6 +131,14 @@ class ClockGRPOConfig(GRPOConfig):
         default=0, metadata={"help": "Of each task's num_generations rollouts, how many the expert plays."}
     )
     rollout_expert: str = field(default="speculative", metadata={"help": "The expert strategy of those rollouts."})
+    screen_tasks: int = field(
+        default=0,
+        metadata={"help": "Training tasks to screen with the start before training (0: none, train on all)."},
+    )
+    screen_keep: str = field(
+        default="greedy_failed",
+        metadata={"help": "Screened tasks kept: greedy_failed or mixed.", "choices": list(SCREEN_RULES)},
+    )
     runtime_batch_size: int | None = field(default=None, metadata={"help": "Most sessions in one forward."})
     live_eval_steps: int = field(default=0, metadata={"help": "Play held-out dialogues live every this many steps."})
     live_eval_sessions: int = field(default=20, metadata={"help": "Timelines of live_eval_data to play live."})
@@ -162,5 +181,9 @@ class ClockGRPOConfig(GRPOConfig):
                 f"expert_generations is {self.expert_generations}: give 0 to num_generations - 1 "
                 f"({self.num_generations - 1}), so that each task's group holds a rollout of the policy"
             )
+        if self.screen_tasks < 0:
+            raise ValueError(f"screen_tasks is {self.screen_tasks}: give the number of tasks to screen, or 0")
+        if self.screen_keep not in SCREEN_RULES:
+            raise ValueError(f"screen_keep is {self.screen_keep!r}: give one of {', '.join(SCREEN_RULES)}")
         if self.live_eval_steps > 0 and not self.live_eval_data:
             raise ValueError("live_eval_steps is set but live_eval_data is empty: name held-out timelines")
