@@ -3,10 +3,12 @@
 Live accuracy is greedy play; GRPO learns from groups of sampled rollouts of one task, and a group teaches the greedy
 policy to do a task it fails only if one of the group's samples completes it (with the success reward, a group whose
 rollouts all fail moves only by their latency). This plays ``--tasks`` training tasks once greedily and ``--group``
-times sampled at each ``--temperatures``, as GRPO's rollouts do (the same runtime, engine, call bias and device
-profile; each copy its own sampling noise), and prints, per temperature: the samples' success, the share of tasks
-the greedy policy fails whose group holds a success (the signal toward them), the share of tasks it completes whose
-group holds a failure (the signal that can only hold what it does), and the share of groups with mixed outcomes.
+times sampled at each ``--temperatures``, as GRPO's rollouts do, through GRPO's own task screen
+(``clocktune.train.task_screen``: the same runtime, engine, call bias and device profile; each copy its own sampling
+noise; greedy play again for each temperature, the same sessions each time), and prints, per temperature: the
+samples' success, the share of tasks the greedy policy fails whose group holds a success (the signal toward them),
+the share of tasks it completes whose group holds a failure (the signal that can only hold what it does), and the
+share of groups with mixed outcomes.
 
     .venv/bin/python scripts/bench_rollout_groups.py --checkpoint runs/demo/checkpoint \
         --train-data runs/demo/data/train --tasks 48 --group 4 --temperatures 1.0 1.5
@@ -15,20 +17,16 @@ group holds a failure (the signal that can only hold what it does), and the shar
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import tempfile
 import time
 from collections.abc import Sequence
 
 from clocktune.cli.demo import CALL_BIAS  # the demo's, which the GRPO recipe's rollouts and live evaluation use
-from clocktune.clock import PROFILES
 from clocktune.rendered_dataset import load_timeline_files
-from clocktune.runtime.play import run_policy
-from clocktune.runtime.policy_factories import load_policy_model, policy_factory
-from clocktune.runtime.session import SessionConfig
-from clocktune.train.grpo import RuntimeRollouts, StreamingRows
+from clocktune.runtime.policy_factories import load_policy_model
 from clocktune.train.grpo_config import ClockGRPOConfig
+from clocktune.train.task_screen import screen_settings, screen_tasks
 from data_gen.backends import make_backend
 
 
@@ -70,43 +68,36 @@ def main() -> None:
 
     model, tokenizer = load_policy_model(args.checkpoint)
     timelines = load_timeline_files([args.train_data])
-    tasks = random.Random(0).sample(timelines, min(args.tasks, len(timelines)))
-    config = SessionConfig(device=PROFILES["phone-135m"])
-    started = time.perf_counter()
-    factory = policy_factory("model", loaded=(model, tokenizer), call_bias=CALL_BIAS)
-    greedy = [
-        result.accurate for result in run_policy("model", tasks, factory, make_backend, config, len(tasks)).results
-    ]
-    print(f"greedy: {sum(greedy)} of {len(tasks)} tasks completed ({time.perf_counter() - started:.0f} s)")
     print(
-        "| temperature | samples' success | greedy failed: group holds a success | greedy completed: group holds a "
-        "failure | mixed groups | seconds |"
+        "| temperature | greedy completed | samples' success | greedy failed: group holds a success | greedy "
+        "completed: group holds a failure | mixed groups | seconds |"
     )
-    print("|---|---|---|---|---|---|")
-    ids = [task.id for task in tasks for _ in range(args.group)]
+    print("|---|---|---|---|---|---|---|")
     for temperature in args.temperatures:
-        # The rollouts' config is GRPO's; nothing is trained or written (output_dir is required, and left empty).
+        # GRPO's own screen (clocktune.train.task_screen), with the rollouts' config; nothing is trained or written.
         with tempfile.TemporaryDirectory() as scratch:
             grpo = ClockGRPOConfig(
                 output_dir=scratch,
                 use_cpu=True,
                 report_to="none",
+                seed=0,
                 temperature=temperature,
                 num_generations=args.group,
                 per_device_train_batch_size=args.group,
                 rollout_call_bias=CALL_BIAS,
+                screen_tasks=args.tasks,
             )
-            rollouts = RuntimeRollouts(tasks, tokenizer, grpo, make_backend, StreamingRows())
             started = time.perf_counter()
-            _, run, _ = rollouts.play(model, ids, step=0)
+            settings = screen_settings(grpo, args.checkpoint, [args.train_data])
+            screened = screen_tasks(model, tokenizer, timelines, grpo, make_backend, settings, write=False)
             seconds = time.perf_counter() - started
-        outcomes = [result.accurate for result in run.results]
-        groups = [outcomes[start : start + args.group] for start in range(0, len(outcomes), args.group)]
-        figures = group_outcomes(greedy, groups)
+        greedy = [task.greedy for task in screened]
+        figures = group_outcomes(greedy, [task.samples for task in screened])
         print(
-            f"| {temperature:g} | {figures['sampled_success']:.3f} | {figures['success_where_greedy_failed']:.2f} "
-            f"(of {figures['failed']}) | {figures['failure_where_greedy_completed']:.2f} (of {figures['completed']}) "
-            f"| {figures['mixed']:.2f} | {seconds:.0f} |"
+            f"| {temperature:g} | {sum(greedy)} of {len(greedy)} | {figures['sampled_success']:.3f} "
+            f"| {figures['success_where_greedy_failed']:.2f} (of {figures['failed']}) "
+            f"| {figures['failure_where_greedy_completed']:.2f} (of {figures['completed']}) | {figures['mixed']:.2f} "
+            f"| {seconds:.0f} |"
         )
 
 

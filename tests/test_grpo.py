@@ -13,14 +13,9 @@ from clocktune.render import Rendering, render
 from clocktune.runtime.scoring import task_progress
 from clocktune.timeline.events import AGENT_KINDS
 from clocktune.timeline.io import write_timelines
-from clocktune.train.grpo import (
-    ClockGRPOTrainer,
-    RuntimeRollouts,
-    StreamingRows,
-    make_parser,
-    session_logprobs,
-)
+from clocktune.train.grpo import ClockGRPOTrainer, make_parser
 from clocktune.train.grpo_config import ClockGRPOConfig
+from clocktune.train.grpo_rollouts import RuntimeRollouts, StreamingRows, session_logprobs
 from data_gen.backends import make_backend
 
 # Random weights play each turn to its limit: short turns and few notices end a rollout in a few hundred tokens.
@@ -235,14 +230,14 @@ def test_a_grpo_run_logs_every_reward_component_and_killed_mid_step_resumes_with
     tasks = _tasks(generated, 4)
     write_timelines(tmp_path / "tasks.jsonl", tasks)
     seen = {}
-    original = grpo.RuntimeRollouts.__call__
+    original = RuntimeRollouts.__call__
 
     def recording(self, prompts, trainer):
         output = original(self, prompts, trainer)
         seen.setdefault(trainer.state.global_step, (list(prompts), output["completion_ids"]))
         return output
 
-    monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", recording)
+    monkeypatch.setattr(RuntimeRollouts, "__call__", recording)
     save = ["--save_strategy", "steps", "--save_steps", "1", "--max_steps", "2", "--progress_weight", "0.5"]
     # Live evaluation as in SFT (it restores the random state, so the run's steps are those of a run without it).
     live = ["--live_eval_steps", "2", "--live_eval_sessions", "1", "--live_eval_data", str(tmp_path / "tasks.jsonl")]
@@ -279,12 +274,12 @@ def test_a_grpo_run_logs_every_reward_component_and_killed_mid_step_resumes_with
             raise KeyboardInterrupt  # the process dies inside the second step's rollouts
         return recording(self, prompts, trainer)
 
-    monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", killed)
+    monkeypatch.setattr(RuntimeRollouts, "__call__", killed)
     arguments = _args(tmp_path / "resumed", adapter_checkpoint, tmp_path / "tasks.jsonl", *save)
     with pytest.raises(KeyboardInterrupt):
         grpo.main(*arguments, make_backend)
     assert (tmp_path / "resumed" / "out" / "checkpoint-1").is_dir()
-    monkeypatch.setattr(grpo.RuntimeRollouts, "__call__", recording)
+    monkeypatch.setattr(RuntimeRollouts, "__call__", recording)
     seen = {}
     resumed = grpo.main(
         *_args(tmp_path / "resumed", adapter_checkpoint, tmp_path / "tasks.jsonl", *save), make_backend

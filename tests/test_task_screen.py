@@ -133,3 +133,24 @@ def test_a_negative_screen_or_an_unknown_rule_is_refused(tmp_path, run_inputs):
     with pytest.raises(ValueError, match="screen_tasks is -1"):
         make_parser().parse_args_and_config(args=_argv(tmp_path, checkpoint, data, "--screen_tasks", "-1"))
     assert task_screen.SCREEN_RULES == ("greedy_failed", "mixed")
+
+
+def test_a_negative_sampling_seed_is_refused_where_it_is_made_not_taken_for_a_session_notice(
+    generated, tiny_chatml_model, tmp_path
+):
+    # The screen once keyed its samples as steps -1, -17, ...: every sampled action raised inside the session,
+    # which counted each as a notice until it gave up, and the screen read "no sample ever succeeds".
+    from clocktune.runtime.model_policy import ModelPolicy
+    from clocktune.train.grpo_config import ClockGRPOConfig
+    from clocktune.train.grpo_rollouts import RuntimeRollouts, StreamingRows
+
+    model, tokenizer = tiny_chatml_model
+    task = generated[0][0]
+    args = ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", seed=0)
+    rollouts = RuntimeRollouts([task], tokenizer, args, make_backend, StreamingRows())
+    assert rollouts.seeds(0, 2) == [0, 1]
+    with pytest.raises(ValueError, match="non-negative"):
+        rollouts.seeds(-1, 2)
+    with pytest.raises(ValueError, match="seed is -10007: sampling seeds are non-negative"):
+        ModelPolicy(model, tokenizer, task, temperature=1.0, seed=-10007)
+    assert min(rollouts.seeds(task_screen.SCREEN_STEPS, 4)) > max(rollouts.seeds(10**6, 4))

@@ -183,6 +183,10 @@ class ModelPolicy:
         self.stats = {"actions": 0, "tokens": 0, "step_forwards": 0, "step_s": 0.0, "grammar_s": 0.0}
         self.temperature = temperature
         self.continuation_temperature = temperature if continuation_temperature is None else continuation_temperature
+        if seed < 0:
+            # The noise's stream refuses a negative key, and a session takes a policy's error for a notice: every
+            # sampled action would fail, and the session give up, with no error anywhere.
+            raise ValueError(f"seed is {seed}: sampling seeds are non-negative")
         self.seed = seed
         self.timeline_seed = timeline.seed
         self.actions_decoded = 0  # the index of the next action, which keys its sampling noise

@@ -41,6 +41,8 @@ SCREEN_RULES = ("greedy_failed", "mixed")
 # Tasks played in one go: their samples are num_generations times as many sessions in one engine, about a training
 # step's (16) to four times it; 200 sessions at once peaked at 13.7 GiB on the demo's model.
 CHUNK_TASKS = 16
+# The screen's samples are keyed as rollouts of steps from here on (a run of a billion steps would meet them).
+SCREEN_STEPS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def screen_tasks(
     from clocktune.runtime.play import run_policy
     from clocktune.runtime.policy_factories import policy_factory
     from clocktune.runtime.session import SessionConfig
-    from clocktune.train.grpo import RuntimeRollouts, StreamingRows
+    from clocktune.train.grpo_rollouts import RuntimeRollouts, StreamingRows
 
     path = Path(args.output_dir) / SCREEN_FILE if path is None else Path(path)
     drawn = random.Random(args.seed).sample(list(tasks), min(args.screen_tasks, len(tasks)))
@@ -176,7 +178,7 @@ def screen_tasks(
                 greedy = run_policy("screen", chunk, factory, backends, config, concurrency=len(chunk)).results
                 ids = [task.id for task in chunk for _ in range(generations)]
                 # A step number training never reaches: the samples' seeds are the screen's own.
-                _, run, _ = rollouts.play(model, ids, step=-1 - start, policy_only=True)
+                _, run, _ = rollouts.play(model, ids, step=SCREEN_STEPS + start, policy_only=True)
                 outcomes = [result.accurate for result in run.results]
                 for index, task in enumerate(chunk):
                     samples = tuple(outcomes[index * generations : (index + 1) * generations])
