@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from clocktune.train.task_screen import SCREEN_RULES
+__all__ = ["SCREEN_RULES", "ClockGRPOConfig"]
 
-__all__ = ["ClockGRPOConfig"]
+# Which screened tasks a run keeps (``screen_keep``; ``clocktune.train.task_screen`` says what each keeps).
+SCREEN_RULES = ("greedy_failed", "mixed")
 
 
 @dataclass

@@ -33,11 +33,11 @@ from typing import Any
 from clocktune.atomic import atomic_write_text
 from clocktune.timeline.events import Timeline
 from clocktune.tools import BackendFactory
+from clocktune.train.grpo_config import SCREEN_RULES
 
 __all__ = ["SCREEN_FILE", "SCREEN_RULES", "ScreenedTask", "kept_tasks", "screen_tasks"]
 
 SCREEN_FILE = "task_screen.json"
-SCREEN_RULES = ("greedy_failed", "mixed")
 # Tasks played in one go: their samples are num_generations times as many sessions in one engine, about a training
 # step's (16) to four times it; 200 sessions at once peaked at 13.7 GiB on the demo's model.
 CHUNK_TASKS = 16
