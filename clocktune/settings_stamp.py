@@ -15,7 +15,7 @@ from typing import Any
 
 from clocktune.atomic import atomic_write_text
 
-__all__ = ["SettingsMismatchError", "stamp_settings"]
+__all__ = ["SettingsMismatchError", "differing_settings", "stamp_settings"]
 
 
 class SettingsMismatchError(ValueError):
@@ -25,6 +25,13 @@ class SettingsMismatchError(ValueError):
 def _normalised(settings: dict[str, Any]) -> dict[str, Any]:
     # What a JSON round trip gives back, so that a stamp read from disk compares equal to the one in memory.
     return json.loads(json.dumps(settings, default=str))
+
+
+def differing_settings(recorded: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """The names whose values differ between settings read from disk and ``settings`` (compared as JSON gives them
+    back), sorted; empty when they are the same."""
+    wanted = _normalised(settings)
+    return sorted(key for key in recorded.keys() | wanted.keys() if recorded.get(key) != wanted.get(key))
 
 
 def stamp_settings(
@@ -60,8 +67,7 @@ def stamp_settings(
             raise error(f"{path}: not a settings stamp ({bad}); {remedy}") from None
         if not isinstance(recorded, dict):
             raise error(f"{path}: not a settings stamp (a JSON object); {remedy}")
-        differ = sorted(key for key in recorded.keys() | wanted.keys() if recorded.get(key) != wanted.get(key))
-        if differ:
+        if differ := differing_settings(recorded, wanted):
             raise error(f"{path}: written with other settings ({', '.join(differ)}); {remedy}")
         return True
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from clocktune.runtime import play
 from clocktune.timeline.io import write_timelines
 from clocktune.train import task_screen
 from clocktune.train.grpo import build_trainer, make_parser
+from clocktune.train.grpo_config import ClockGRPOConfig
 from clocktune.train.task_screen import SCREEN_FILE, ScreenedTask, kept_tasks, screen_settings, screen_tasks
 from data_gen.backends import make_backend
 
@@ -132,7 +133,8 @@ def test_a_negative_screen_or_an_unknown_rule_is_refused(tmp_path, run_inputs):
     checkpoint, data, _ = run_inputs
     with pytest.raises(ValueError, match="screen_tasks is -1"):
         make_parser().parse_args_and_config(args=_argv(tmp_path, checkpoint, data, "--screen_tasks", "-1"))
-    assert task_screen.SCREEN_RULES == ("greedy_failed", "mixed")
+    with pytest.raises(ValueError, match="screen_keep is 'best': give one of greedy_failed, mixed"):
+        ClockGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", screen_keep="best")
 
 
 def test_a_negative_sampling_seed_is_refused_where_it_is_made_not_taken_for_a_session_notice(
@@ -141,7 +143,6 @@ def test_a_negative_sampling_seed_is_refused_where_it_is_made_not_taken_for_a_se
     # The screen once keyed its samples as steps -1, -17, ...: every sampled action raised inside the session,
     # which counted each as a notice until it gave up, and the screen read "no sample ever succeeds".
     from clocktune.runtime.model_policy import ModelPolicy
-    from clocktune.train.grpo_config import ClockGRPOConfig
     from clocktune.train.grpo_rollouts import RuntimeRollouts, StreamingRows
 
     model, tokenizer = tiny_chatml_model

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from clocktune.atomic import atomic_write_text
+from clocktune.settings_stamp import differing_settings
 from clocktune.timeline.events import Timeline
 from clocktune.tools import BackendFactory
 from clocktune.train.grpo_config import SCREEN_RULES
@@ -94,9 +95,7 @@ def _read(path: Path, settings: dict[str, Any]) -> dict[str, ScreenedTask]:
         written = recorded["settings"]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as bad:
         raise ValueError(f"{path}: not a task screen ({type(bad).__name__}: {bad}); {remedy}") from None
-    wanted = json.loads(json.dumps(settings))
-    differ = sorted(key for key in written.keys() | wanted.keys() if written.get(key) != wanted.get(key))
-    if differ:
+    if differ := differing_settings(written, settings):
         raise ValueError(f"{path}: screened with other settings ({', '.join(differ)}); {remedy}")
     return screened
 
